@@ -1,0 +1,1 @@
+"""Shared SenseVoiceSmall inference: model loading, frontend, backends and decoding."""

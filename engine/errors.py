@@ -1,0 +1,45 @@
+"""Typed engine errors; each carries a stable machine-readable code."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class for every error the engine raises on purpose."""
+
+    code = "engine_error"
+
+
+class ModelNotFoundError(EngineError):
+    """A model id or directory could not be resolved to local files."""
+
+    code = "model_not_found"
+
+
+class ModelDirIncompleteError(EngineError):
+    """A model directory lacks files the engine needs."""
+
+    code = "model_dir_incomplete"
+
+
+class WeightsMismatchError(EngineError):
+    """Weights in the file do not match the architecture in the config."""
+
+    code = "weights_mismatch"
+
+
+class BackendUnavailableError(EngineError):
+    """The requested backend, device or precision cannot run here."""
+
+    code = "backend_unavailable"
+
+
+class AudioError(EngineError):
+    """Audio that cannot be decoded: unreadable, empty, too short or non-finite."""
+
+    code = "bad_audio"
+
+
+class BackendOutOfMemoryError(EngineError):
+    """The backend ran out of memory for a batch."""
+
+    code = "out_of_memory"

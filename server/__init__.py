@@ -1,0 +1,1 @@
+"""The I/O shell: WebSocket and HTTP server."""

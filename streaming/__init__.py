@@ -1,0 +1,1 @@
+"""Per-session, sans-I/O streaming core."""
