@@ -23,7 +23,9 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
-            raise ValueError(f"language must be one of {', '.join(LANGUAGES)}; got {self.language!r}")
+            raise ValueError(
+                f"language must be one of {', '.join(LANGUAGES)}; got {self.language!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

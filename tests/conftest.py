@@ -17,8 +17,16 @@ REPO = Path(__file__).resolve().parent.parent
 def build_test_model(out: Path, size: str = "tiny", seed: int = 0) -> Path:
     """Run scripts/make_test_model.py, the same path users run."""
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_test_model.py"), "--size", size,
-         "--out", str(out), "--seed", str(seed)],
+        [
+            sys.executable,
+            str(REPO / "scripts" / "make_test_model.py"),
+            "--size",
+            size,
+            "--out",
+            str(out),
+            "--seed",
+            str(seed),
+        ],
         check=True,
     )
     return out

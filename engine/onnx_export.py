@@ -1,0 +1,116 @@
+"""Export the encoder, CTC head and argmax to ONNX (fp32), then int8 and fp16 variants."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from engine.model_dir import ONNX_NAMES, ModelDir
+from engine.torch_model import FEATURE_DIM, load_ctc_argmax
+
+INPUT_NAMES = ("speech", "speech_lengths", "language", "textnorm")
+OUTPUT_NAMES = ("token_ids", "token_lens")
+OPSET = 17
+
+
+def export_onnx(
+    model_dir: ModelDir, out_dir: Path | None = None, *, int8: bool = False, fp16: bool = False
+) -> dict[str, Path]:
+    """Write model.onnx (and the asked-for variants) and return them by precision."""
+    target = out_dir or model_dir.path
+    target.mkdir(parents=True, exist_ok=True)
+    written = {"fp32": target / ONNX_NAMES["fp32"]}
+    _export_fp32(model_dir, written["fp32"])
+    if int8:
+        written["int8"] = target / ONNX_NAMES["int8"]
+        _atomic(written["int8"], lambda tmp: quantize_int8(written["fp32"], tmp))
+    if fp16:
+        written["fp16"] = target / ONNX_NAMES["fp16"]
+        _atomic(written["fp16"], lambda tmp: convert_fp16(written["fp32"], tmp))
+    return written
+
+
+def _export_fp32(model_dir: ModelDir, path: Path) -> None:
+    model = load_ctc_argmax(model_dir)
+    # Two items of different lengths so the exporter sees real padding and masks.
+    dummy = (
+        torch.randn(2, 30, FEATURE_DIM),
+        torch.tensor([30, 17], dtype=torch.int32),
+        torch.tensor([0, 4], dtype=torch.int32),
+        torch.tensor([14, 15], dtype=torch.int32),
+    )
+    axes = {
+        "speech": {0: "batch", 1: "frames"},
+        "speech_lengths": {0: "batch"},
+        "language": {0: "batch"},
+        "textnorm": {0: "batch"},
+        "token_ids": {0: "batch", 1: "out_frames"},
+        "token_lens": {0: "batch"},
+    }
+
+    def write(tmp: Path) -> None:
+        with torch.inference_mode(), warnings.catch_warnings():
+            # The exporter warns once per Slice it cannot fold; the graph is still right.
+            warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
+            # dynamo=False: torch 2.13 defaults to the dynamo exporter, which needs
+            # onnxscript; the TorchScript exporter handles this model (FINDINGS.md).
+            torch.onnx.export(
+                model,
+                dummy,
+                str(tmp),
+                input_names=list(INPUT_NAMES),
+                output_names=list(OUTPUT_NAMES),
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+
+    _atomic(path, write)
+
+
+def quantize_int8(src: Path, dst: Path) -> None:
+    """Dynamic int8 quantisation of the MatMul weights (activations stay float)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The quantizer logs one INFO line per tensor through the root logger.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+        )
+    finally:
+        root.setLevel(level)
+
+
+def convert_fp16(src: Path, dst: Path) -> None:
+    """fp16 weights and compute with fp32 inputs and outputs kept, for GPU providers."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    onnx.save(convert_float_to_float16(model, keep_io_types=True), str(dst))
+
+
+def _atomic(path: Path, write: object) -> None:
+    """Write through a temp file in the same dir so a crash never leaves a half file."""
+    fd, name = tempfile.mkstemp(prefix=path.stem, suffix=".onnx.tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)  # type: ignore[operator]
+        tmp.chmod(0o644)  # mkstemp creates 0600; exports are shared read-only artefacts
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,43 @@
+"""Export a SenseVoiceSmall model dir to ONNX: encoder + CTC + argmax, dynamic batch and length.
+
+Example:
+    python scripts/export_onnx.py --model models/test-full --int8 --fp16
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.loader import write_export_stamps
+from engine.model_dir import resolve_model
+from engine.onnx_export import export_onnx
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="local model dir or ModelScope id")
+    parser.add_argument("--int8", action="store_true", help="also write model.int8.onnx")
+    parser.add_argument("--fp16", action="store_true", help="also write model.fp16.onnx")
+    parser.add_argument("--out", type=Path, default=None, help="output dir (default: model dir)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        model_dir = resolve_model(args.model)
+        written = export_onnx(model_dir, args.out, int8=args.int8, fp16=args.fp16)
+    except EngineError as exc:
+        print(f"error [{exc.code}]: {exc}", file=sys.stderr)
+        return 2
+    write_export_stamps(model_dir, written.values())
+    for precision, path in written.items():
+        print(f"{precision}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    print(f"exported in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
