@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 #: Language prompts the model accepts, in the order of its prompt-embedding table.
 LANGUAGES: tuple[str, ...] = ("auto", "zh", "en", "yue", "ja", "ko", "nospeech")
@@ -63,3 +66,49 @@ class Transcript:
             "rich_text": self.rich_text,
             "tokens": [t.to_dict() for t in self.tokens],
         }
+
+
+class RequestKind(enum.Enum):
+    """A partial is a provisional decode of speech so far; a final closes an utterance."""
+
+    PARTIAL = "partial"
+    FINAL = "final"
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One utterance (or its prefix) for the engine to decode.
+
+    `audio` is float32 16 kHz mono; `start_sample` is its offset on the session's stream
+    clock, so results can be placed in time. `arrival` is the caller's `now` in seconds.
+    """
+
+    session_id: str
+    utterance_id: int
+    kind: RequestKind
+    audio: np.ndarray
+    options: DecodeOptions
+    arrival: float
+    start_sample: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.session_id, self.utterance_id)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.audio.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceResult:
+    """The engine's answer to one request: a transcript, or a typed error code and message."""
+
+    request: InferenceRequest
+    transcript: Transcript | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.transcript is not None

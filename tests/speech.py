@@ -88,3 +88,43 @@ def make_clips(out_dir: Path) -> list[Clip]:
         path = synthesize(text, voice, out_dir)
         clips.append(Clip(f"clip{i}", path, load(path)))
     return clips
+
+
+def three_sentences(clips: list[Clip]) -> np.ndarray:
+    """Three English sentences 1.5 s apart, 0.5 s of lead and tail, on a -70 dBFS noise floor."""
+    edge, gap = np.zeros(8000, np.float32), np.zeros(24000, np.float32)
+    parts = [edge, clips[0].audio, gap, clips[1].audio, gap, clips[3].audio, edge]
+    audio = np.concatenate(parts)
+    noise = np.random.default_rng(7).standard_normal(audio.size) * 10 ** (-70 / 20) * np.sqrt(2)
+    return (audio + noise).astype(np.float32)
+
+
+def long_speech(out_dir: Path, seconds: float = 40.0) -> np.ndarray:
+    """Continuous speech (no pauses longer than espeak's commas) of at least `seconds`."""
+    text = ", ".join(["streaming recognition keeps running while the speaker goes on talking"] * 12)
+    speech = load(synthesize(text, "en-us", out_dir, speed=190))
+    reps = int(np.ceil(seconds * 16000 / len(speech)))
+    return np.tile(speech, reps)[: int(seconds * 16000)]
+
+
+def energy_regions(
+    audio: np.ndarray, threshold_dbfs: float = -40.0, merge_gap_ms: int = 300
+) -> list[tuple[int, int]]:
+    """Reference speech in samples: 10 ms frames above `threshold_dbfs`, short gaps merged."""
+    frames = audio[: audio.size // 160 * 160].reshape(-1, 160).astype(np.float64)
+    loud = np.flatnonzero(10 * np.log10(np.mean(frames**2, axis=1) + 1e-12) > threshold_dbfs)
+    found: list[tuple[int, int]] = []
+    for frame in loud.tolist():
+        if found and frame * 160 - found[-1][1] < merge_gap_ms * 16:
+            found[-1] = (found[-1][0], (frame + 1) * 160)
+        else:
+            found.append((frame * 160, (frame + 1) * 160))
+    return found
+
+
+def to_s16le(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1, 32767 / 32768) * 32768).astype("<i2").tobytes()
+
+
+def chunks(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]

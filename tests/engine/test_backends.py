@@ -103,10 +103,10 @@ def test_int8_mostly_agrees_with_fp32(
     ref = np.concatenate(solo(onnx_fp32, feats))
     got = np.concatenate(solo(onnx_int8, feats))
     agreement = float((ref == got).mean())
-    print(f"int8 frame-argmax agreement with fp32 on the tiny model: {agreement:.3f}")
-    # Chance is 1/25055. The tiny random model's logits are nearly flat, so int8 flips
-    # many argmaxes (about 43% kept here); the full-size figure is in docs/benchmarks.md.
-    assert agreement > 0.25
+    print(f"int8 frame-argmax agreement with fp32: {agreement:.3f}")
+    # Random weights give nearly flat logits, so some argmaxes flip under int8: about 3%
+    # on the tiny model and 5% on the full one with unsigned weights (70% with signed).
+    assert agreement > 0.9
 
 
 def test_each_item_keeps_its_own_prompts(

@@ -1,0 +1,66 @@
+"""Typed protocol errors: each has a stable code and the WebSocket close code it maps to."""
+
+from __future__ import annotations
+
+# RFC 6455 close codes used at the server boundary.
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_UNSUPPORTED_DATA = 1003
+CLOSE_INVALID_PAYLOAD = 1007
+CLOSE_POLICY_VIOLATION = 1008
+CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+class ProtocolError(Exception):
+    """Bad input from a client: becomes an `error` event and a close code at the boundary."""
+
+    code = "protocol_error"
+    close_code = CLOSE_PROTOCOL_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class MalformedMessageError(ProtocolError):
+    """A text message that is not a JSON object."""
+
+    code = "malformed_json"
+    close_code = CLOSE_INVALID_PAYLOAD
+
+
+class UnknownMessageTypeError(ProtocolError):
+    """A JSON message whose `type` the protocol does not define."""
+
+    code = "unknown_type"
+    close_code = CLOSE_PROTOCOL_ERROR
+
+
+class InvalidFieldError(ProtocolError):
+    """A known message with a missing, unknown, mistyped or out-of-range field."""
+
+    code = "invalid_field"
+    close_code = CLOSE_POLICY_VIOLATION
+
+
+class InvalidAudioError(ProtocolError):
+    """Audio bytes that cannot be decoded: NaN/Inf samples, a frame that is too large, …"""
+
+    code = "invalid_audio"
+    close_code = CLOSE_INVALID_PAYLOAD
+
+
+class StateError(ProtocolError):
+    """A message that is valid on its own but not now: a second start, audio after stop."""
+
+    code = "unexpected_message"
+    close_code = CLOSE_PROTOCOL_ERROR
+
+
+class AudioOverwrittenError(Exception):
+    """A ring-buffer read reached audio that has already been overwritten (a bug or lag)."""
+
+    code = "audio_overwritten"

@@ -1,0 +1,313 @@
+"""Session: the sans-I/O per-client core. Bytes and results in; requests and events out.
+
+The server feeds `receive_text`, `receive_audio` and `receive_result`, then drains
+`requests_to_submit()` into the engine and `events_to_send()` onto the socket. Time is
+passed in as `now` (seconds); nothing here blocks or reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.types import (
+    SAMPLE_RATE,
+    DecodeOptions,
+    InferenceRequest,
+    InferenceResult,
+    RequestKind,
+    Transcript,
+)
+from streaming.audio import AudioDecoder, AudioFormat
+from streaming.errors import ProtocolError, StateError
+from streaming.messages import (
+    End,
+    ErrorEvent,
+    Final,
+    Partial,
+    Ready,
+    ServerEvent,
+    SpeechStarted,
+    StartMessage,
+    StopMessage,
+    parse_client_text,
+)
+from streaming.partials import PartialPolicy
+from streaming.ring_buffer import RingBuffer
+from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
+from streaming.vad_types import VadConfig, VadModel
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Server-side settings for every session (clients choose only StartMessage fields)."""
+
+    vad: VadConfig = field(default_factory=VadConfig)
+    segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
+    partials: PartialPolicy = field(default_factory=PartialPolicy)
+    block_ms: int = 100
+    buffer_margin_ms: int = 10_000
+    model_name: str = ""
+    test_model: bool = False
+
+    @property
+    def block_samples(self) -> int:
+        return self.block_ms * SAMPLE_RATE // 1000
+
+    @property
+    def buffer_samples(self) -> int:
+        seg = self.segmenter
+        total_ms = seg.max_segment_ms + seg.preroll_ms + self.buffer_margin_ms
+        return total_ms * SAMPLE_RATE // 1000
+
+
+def samples_to_ms(samples: int) -> int:
+    return samples * 1000 // SAMPLE_RATE
+
+
+def empty_transcript(itn: bool) -> Transcript:
+    return Transcript("", "unknown", "unknown", "unknown", itn, "")
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the shared prefix: the characters a caption can show as settled."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _Utterance:
+    """Book-keeping for one open or finalising utterance."""
+
+    start: int
+    last_partial: int
+    partial_text: str = ""
+    final_requested: bool = False
+
+
+class Session:
+    """One client's stream: audio decoding, buffering, VAD, utterances and results."""
+
+    def __init__(self, session_id: str, config: SessionConfig, vad_model: VadModel) -> None:
+        self.session_id = session_id
+        self._config = config
+        self._vad_model = vad_model
+        self._start: StartMessage | None = None
+        self._decoder: AudioDecoder | None = None
+        self._ring = RingBuffer(config.buffer_samples)
+        self._vad = vad_model.new_stream(config.vad)
+        self._segmenter = Segmenter(config.segmenter)
+        self._fed = 0  # samples handed to the VAD, in whole blocks until end of stream
+        self._utts: dict[int, _Utterance] = {}
+        self._owed: dict[int, ServerEvent | None] = {}  # utt -> final once it has arrived
+        self._events: list[ServerEvent] = []
+        self._requests: list[InferenceRequest] = []
+        self._stopped = False
+        self._end_sent = False
+        self.close_code: int | None = None
+
+    # ---- inputs -------------------------------------------------------------------
+
+    def receive_text(self, text: str, now: float) -> None:
+        """Handle a text frame; raises ProtocolError for anything protocol v1 forbids."""
+        message = parse_client_text(text)
+        if isinstance(message, StopMessage):
+            self._require_open("stop")
+            self._ensure_started()
+            self.end_of_stream(now)
+            return
+        if self._start is not None:
+            raise StateError("start may only be sent once, before any audio")
+        self._begin(message)
+
+    def receive_audio(self, data: bytes, now: float) -> None:
+        """Handle a binary frame of audio in the session's format."""
+        self._require_open("audio")
+        decoder = self._ensure_started()
+        self._ring.write(decoder.decode(data))
+        self._run_blocks(now)
+
+    def receive_result(self, result: InferenceResult, now: float) -> None:
+        """Take the engine's answer for one of this session's requests."""
+        req = result.request
+        utt = self._utts.get(req.utterance_id)
+        if req.kind is RequestKind.PARTIAL:
+            if utt is not None and not utt.final_requested and result.transcript is not None:
+                self._emit_partial(req, utt, result.transcript)
+            return
+        if req.utterance_id not in self._owed:
+            return
+        if result.transcript is not None:
+            final = self._final_event(req.utterance_id, req.start_sample, req, result.transcript)
+            self._owed[req.utterance_id] = final
+        else:
+            message = f"utterance {req.utterance_id} could not be decoded: {result.error_message}"
+            self._owed[req.utterance_id] = ErrorEvent(result.error_code or "decode_failed", message)
+        self._deliver_finals()
+
+    def end_of_stream(self, now: float) -> None:
+        """No more audio: decide on the tail and close the open utterance as a final."""
+        if self._stopped:
+            return
+        self._stopped = True
+        decoder = self._ensure_started()
+        self._ring.write(decoder.flush())
+        self._run_blocks(now)
+        if self._ring.end > self._fed:
+            self._feed_vad(self._ring.end, now, final=True)
+        for event in self._segmenter.finish(self._fed):
+            self._on_segment(event, now)
+        self._deliver_finals()
+
+    def abort(self, error: ProtocolError, now: float) -> None:
+        """Report a client error, stop taking input, and still deliver the finals owed."""
+        self._events.append(ErrorEvent(error.code, error.message))
+        if self.close_code is None:
+            self.close_code = error.close_code
+        self.end_of_stream(now)
+
+    # ---- outputs ------------------------------------------------------------------
+
+    def events_to_send(self) -> list[ServerEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def requests_to_submit(self) -> list[InferenceRequest]:
+        requests, self._requests = self._requests, []
+        return requests
+
+    @property
+    def finished(self) -> bool:
+        """`end` has been queued: every owed final went out and the socket may close."""
+        return self._end_sent
+
+    @property
+    def owed_finals(self) -> int:
+        return len(self._owed)
+
+    @property
+    def stream_samples(self) -> int:
+        return self._ring.end
+
+    # ---- internals ----------------------------------------------------------------
+
+    def _require_open(self, what: str) -> None:
+        if self._stopped:
+            raise StateError(f"{what} after stop")
+
+    def _begin(self, start: StartMessage) -> AudioDecoder:
+        fmt = AudioFormat(start.encoding, start.sample_rate, start.channels)
+        self._start = start
+        self._decoder = AudioDecoder(fmt)
+        config = self._config
+        ready = Ready(self.session_id, start.to_dict(), config.model_name, config.test_model)
+        self._events.append(ready)
+        return self._decoder
+
+    def _ensure_started(self) -> AudioDecoder:
+        # Audio with no start message means the protocol defaults (16 kHz s16le mono).
+        return self._decoder if self._decoder is not None else self._begin(StartMessage())
+
+    def _run_blocks(self, now: float) -> None:
+        block = self._config.block_samples
+        while self._ring.end - self._fed >= block:
+            self._feed_vad(self._fed + block, now, final=False)
+
+    def _feed_vad(self, until: int, now: float, final: bool) -> None:
+        events = self._vad.accept(self._ring.read(self._fed, until))
+        self._fed = until
+        if final:
+            events += self._vad.flush()
+        for seg in self._segmenter.block(events, self._fed, self._ring.start):
+            self._on_segment(seg, now)
+        if not final:
+            self._maybe_partial(now)
+
+    def _on_segment(self, seg: SegmentEvent, now: float) -> None:
+        if seg.kind is SegmentEventKind.STARTED:
+            self._utts[seg.utt_id] = _Utterance(seg.start, seg.start)
+            self._events.append(SpeechStarted(seg.utt_id, samples_to_ms(seg.start)))
+            return
+        utt = self._utts.setdefault(seg.utt_id, _Utterance(seg.start, seg.start))
+        utt.final_requested = True
+        self._owed[seg.utt_id] = None
+        options = self._decode_options()
+        if seg.discarded:
+            # Too short to be speech: answer the speech_started without a decode.
+            request = self._request(seg, RequestKind.FINAL, np.zeros(0, np.float32), now)
+            self._owed[seg.utt_id] = self._final_event(
+                seg.utt_id, seg.start, request, empty_transcript(options.itn), end=seg.end
+            )
+            return
+        audio = self._ring.read(seg.start, seg.end)
+        self._requests.append(self._request(seg, RequestKind.FINAL, audio, now))
+
+    def _maybe_partial(self, now: float) -> None:
+        utt_id = self._segmenter.open_utt_id
+        start = self._segmenter.open_start
+        if utt_id is None or start is None or not self._toggle("partials"):
+            return
+        utt = self._utts.get(utt_id)
+        if utt is None or not self._config.partials.due(start, utt.last_partial, self._fed):
+            return
+        utt.last_partial = self._fed
+        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, start)
+        audio = self._ring.read(start, self._fed)
+        self._requests.append(self._request(seg, RequestKind.PARTIAL, audio, now))
+
+    def _request(
+        self, seg: SegmentEvent, kind: RequestKind, audio: np.ndarray, now: float
+    ) -> InferenceRequest:
+        return InferenceRequest(
+            self.session_id, seg.utt_id, kind, audio, self._decode_options(), now, seg.start
+        )
+
+    def _emit_partial(self, req: InferenceRequest, utt: _Utterance, t: Transcript) -> None:
+        stable = common_prefix(utt.partial_text, t.text)
+        utt.partial_text = t.text
+        tags = {"lang": t.lang}
+        if self._toggle("emotion"):
+            tags["emotion"] = t.emotion
+        if self._toggle("event"):
+            tags["event"] = t.event
+        start_ms = samples_to_ms(req.start_sample)
+        end_ms = samples_to_ms(req.start_sample + req.num_samples)
+        self._events.append(Partial(req.utterance_id, start_ms, end_ms, t.text, stable, tags))
+
+    def _final_event(
+        self,
+        utt_id: int,
+        start: int,
+        req: InferenceRequest,
+        transcript: Transcript,
+        end: int | None = None,
+    ) -> Final:
+        stop = end if end is not None else start + req.num_samples
+        show = {name: self._toggle(name) for name in ("emotion", "event", "timestamps")}
+        return Final(utt_id, samples_to_ms(start), samples_to_ms(stop), transcript, show)
+
+    def _deliver_finals(self) -> None:
+        # Finals go out in utterance order even when the engine answers out of order.
+        for utt_id in sorted(self._owed):
+            event = self._owed[utt_id]
+            if event is None:
+                break
+            self._events.append(event)
+            del self._owed[utt_id]
+            self._utts.pop(utt_id, None)
+        if self._stopped and not self._owed and not self._end_sent:
+            self._events.append(End())
+            self._end_sent = True
+
+    def _decode_options(self) -> DecodeOptions:
+        start = self._start or StartMessage()
+        return DecodeOptions(language=start.language, itn=start.itn)
+
+    def _toggle(self, name: str) -> bool:
+        start = self._start or StartMessage()
+        return bool(getattr(start, name))

@@ -1,0 +1,55 @@
+"""What every voice-activity detector adapter gives the segmenter."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class VadEventKind(enum.Enum):
+    SPEECH_START = "speech_start"
+    SPEECH_END = "speech_end"
+
+
+@dataclass(frozen=True, slots=True)
+class VadEvent:
+    """A speech boundary at an absolute 16 kHz sample index of the stream."""
+
+    kind: VadEventKind
+    sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class VadConfig:
+    """Detector settings; end-of-speech silence is always passed explicitly (FINDINGS.md)."""
+
+    end_silence_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if not 50 <= self.end_silence_ms <= 10_000:
+            raise ValueError("end_silence_ms must be within 50..10000")
+
+
+class StreamingVad(Protocol):
+    """Per-session detector state. Output never depends on how the input was chunked."""
+
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        """Feed float32 16 kHz samples; return the boundaries decided so far, in order."""
+        ...
+
+    def flush(self) -> list[VadEvent]:
+        """End of stream: decide on what is buffered and close any open speech."""
+        ...
+
+
+class VadModel(Protocol):
+    """Shared, loaded-once detector weights that make per-session streams."""
+
+    name: str
+
+    def new_stream(self, config: VadConfig) -> StreamingVad:
+        """A fresh per-session detector state sharing this model's weights."""
+        ...

@@ -1,0 +1,82 @@
+"""Small real implementations for sans-I/O tests: an energy VAD and a deterministic engine."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from engine.types import InferenceRequest, InferenceResult, Token, Transcript
+from streaming.vad_types import VadConfig, VadEvent, VadEventKind
+
+FRAME = 160  # 10 ms at 16 kHz
+
+
+class EnergyVadStream:
+    """Speech while 10 ms frames are above `threshold` RMS; ends after the end silence."""
+
+    def __init__(self, config: VadConfig, threshold: float) -> None:
+        self._threshold = threshold
+        self._hang = config.end_silence_ms // 10
+        self._pending = np.zeros(0, np.float32)
+        self._pos = 0
+        self._in_speech = False
+        self._silent = 0
+        self._last_voiced_end = 0
+
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        data = np.concatenate((self._pending, samples))
+        whole = len(data) // FRAME * FRAME
+        self._pending = data[whole:]
+        events: list[VadEvent] = []
+        for frame in data[:whole].reshape(-1, FRAME):
+            voiced = float(np.sqrt(np.mean(frame * frame))) > self._threshold
+            self._step(voiced, events)
+            self._pos += FRAME
+        return events
+
+    def _step(self, voiced: bool, events: list[VadEvent]) -> None:
+        if voiced:
+            if not self._in_speech:
+                events.append(VadEvent(VadEventKind.SPEECH_START, self._pos))
+                self._in_speech = True
+            self._silent = 0
+            self._last_voiced_end = self._pos + FRAME
+        elif self._in_speech:
+            self._silent += 1
+            if self._silent >= self._hang:
+                events.append(VadEvent(VadEventKind.SPEECH_END, self._last_voiced_end))
+                self._in_speech = False
+
+    def flush(self) -> list[VadEvent]:
+        self._pos += len(self._pending)
+        self._pending = np.zeros(0, np.float32)
+        if self._in_speech:
+            self._in_speech = False
+            return [VadEvent(VadEventKind.SPEECH_END, self._pos)]
+        return []
+
+
+class EnergyVadModel:
+    """Makes EnergyVadStreams; a stand-in for FSMN where the model is not the point."""
+
+    name = "energy"
+
+    def __init__(self, threshold: float = 0.01) -> None:
+        self._threshold = threshold
+
+    def new_stream(self, config: VadConfig) -> EnergyVadStream:
+        return EnergyVadStream(config, self._threshold)
+
+
+def fake_transcript(request: InferenceRequest) -> Transcript:
+    """Text that identifies exactly which audio was decoded, with one timed token."""
+    digest = hashlib.sha1(request.audio.tobytes()).hexdigest()[:8]
+    text = f"u{request.utterance_id} n{request.num_samples} {digest}"
+    duration_ms = request.num_samples * 1000 // 16000
+    token = Token(1, text, 0, duration_ms)
+    return Transcript(text, "en", "neutral", "speech", request.options.itn, text, (token,))
+
+
+def answer(request: InferenceRequest) -> InferenceResult:
+    return InferenceResult(request, fake_transcript(request))

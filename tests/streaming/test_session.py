@@ -1,0 +1,229 @@
+"""Session state machine with a small energy VAD and a deterministic fake engine."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from engine.types import InferenceRequest, InferenceResult, RequestKind
+from streaming.errors import InvalidAudioError, StateError, UnknownMessageTypeError
+from streaming.messages import End, ErrorEvent, Final, Partial, Ready, SpeechStarted, dump_event
+from streaming.partials import PartialPolicy
+from streaming.segmenter import SegmenterConfig
+from streaming.session import Session, SessionConfig, common_prefix
+from tests.speech import chunks, to_s16le
+from tests.streaming.fakes import EnergyVadModel, answer
+
+SR = 16000
+
+
+def tone_bursts(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarray:
+    """A 300 Hz tone inside each span, digital silence elsewhere: exact speech regions."""
+    audio = np.zeros(int(total_s * SR), np.float32)
+    for a, b in spans_s:
+        t = np.arange(int(a * SR), min(int(b * SR), len(audio)))
+        audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / SR)
+    return audio
+
+
+def make_session(**overrides: object) -> Session:
+    config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0), **overrides)  # type: ignore[arg-type]
+    return Session("s1", config, EnergyVadModel())
+
+
+def run(session: Session, data: bytes, chunk: int, answer_now: bool = True) -> list:
+    """Feed audio in `chunk`-byte frames, answer requests at once, stop; return events."""
+    events: list = []
+    for i, piece in enumerate(chunks(data, chunk)):
+        session.receive_audio(piece, now=i * 0.01)
+        serve(session, answer_now)
+        events += session.events_to_send()
+    session.receive_text('{"type":"stop"}', now=99.0)
+    serve(session, True)
+    return events + session.events_to_send()
+
+
+def serve(session: Session, answer_now: bool) -> list[InferenceRequest]:
+    requests = session.requests_to_submit()
+    if answer_now:
+        for r in requests:
+            session.receive_result(answer(r), now=0.0)
+    return requests
+
+
+def finals(events: list) -> list[Final]:
+    return [e for e in events if isinstance(e, Final)]
+
+
+def test_implicit_start_then_speech_started_and_finals() -> None:
+    audio = tone_bursts([(0.5, 2.0), (3.0, 4.5)], 6.0)
+    events = run(make_session(), to_s16le(audio), 3200)
+    assert isinstance(events[0], Ready)
+    assert events[0].config["sample_rate"] == 16000
+    assert [type(e) for e in events if isinstance(e, SpeechStarted | Final)] == [
+        SpeechStarted,
+        Final,
+        SpeechStarted,
+        Final,
+    ]
+    assert isinstance(events[-1], End)
+    first, second = finals(events)
+    assert first.start_ms == 500 and abs(first.end_ms - 2000) <= 10
+    assert second.start_ms == 3000
+
+
+@pytest.mark.parametrize("chunk", [320, 1183, 3200, 32000])
+def test_chunking_does_not_change_requests(chunk: int) -> None:
+    audio = tone_bursts([(0.3, 2.2), (2.9, 6.1)], 7.0)
+    data = to_s16le(audio)
+    reference = make_session()
+    ref_requests = collect_requests(reference, data, 640)
+    got = collect_requests(make_session(), data, chunk)
+    assert [(r.kind, r.utterance_id, r.start_sample) for r in got] == [
+        (r.kind, r.utterance_id, r.start_sample) for r in ref_requests
+    ]
+    for a, b in zip(got, ref_requests, strict=True):
+        np.testing.assert_array_equal(a.audio, b.audio)
+
+
+def collect_requests(session: Session, data: bytes, chunk: int) -> list[InferenceRequest]:
+    out: list[InferenceRequest] = []
+    for piece in chunks(data, chunk):
+        session.receive_audio(piece, now=0.0)
+        out += session.requests_to_submit()
+    session.end_of_stream(now=1.0)
+    return out + session.requests_to_submit()
+
+
+def test_final_audio_is_the_exact_source_slice() -> None:
+    audio = tone_bursts([(0.5, 2.0)], 3.0)
+    data = to_s16le(audio)
+    source = np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    requests = [
+        r for r in collect_requests(make_session(), data, 999) if r.kind is RequestKind.FINAL
+    ]
+    assert len(requests) == 1
+    r = requests[0]
+    np.testing.assert_array_equal(r.audio, source[r.start_sample : r.start_sample + r.num_samples])
+
+
+def test_long_speech_is_cut_contiguously() -> None:
+    audio = tone_bursts([(0.2, 9.7)], 10.0)
+    config = SegmenterConfig(max_segment_ms=3000, preroll_ms=0)
+    session = Session("s", SessionConfig(segmenter=config), EnergyVadModel())
+    requests = [
+        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind.value == "final"
+    ]
+    assert len(requests) >= 3
+    for a, b in itertools.pairwise(requests):
+        assert a.start_sample + a.num_samples == b.start_sample
+    assert all(r.num_samples <= 3 * SR for r in requests)
+    covered = np.concatenate([r.audio for r in requests])
+    begin = requests[0].start_sample
+    source = np.frombuffer(to_s16le(audio), "<i2").astype(np.float32) / 32768
+    np.testing.assert_array_equal(covered, source[begin : begin + len(covered)])
+
+
+def test_end_of_stream_mid_speech_gives_a_final() -> None:
+    audio = tone_bursts([(0.5, 3.0)], 2.0)  # speech runs to the very end
+    events = run(make_session(), to_s16le(audio), 1600)
+    assert len(finals(events)) == 1
+    assert finals(events)[0].end_ms == 2000
+    assert isinstance(events[-1], End)
+
+
+def test_partials_arrive_during_speech_and_late_ones_are_dropped() -> None:
+    audio = tone_bursts([(0.2, 3.0)], 4.0)
+    session = make_session(partials=PartialPolicy(interval_ms=400, adaptive=False))
+    held: list[InferenceRequest] = []
+    for piece in chunks(to_s16le(audio), 3200):
+        session.receive_audio(piece, now=0.0)
+        held += session.requests_to_submit()
+    partial_reqs = [r for r in held if r.kind is RequestKind.PARTIAL]
+    final_reqs = [r for r in held if r.kind is RequestKind.FINAL]
+    assert len(partial_reqs) >= 5 and len(final_reqs) == 1
+    # Answer the final first: the late partial must not reach the client.
+    session.receive_result(answer(final_reqs[0]), now=1.0)
+    session.receive_result(answer(partial_reqs[-1]), now=1.0)
+    events = session.events_to_send()
+    assert not [e for e in events if isinstance(e, Partial)]
+    assert len(finals(events)) == 1
+
+
+def test_stable_chars_is_the_settled_prefix() -> None:
+    assert common_prefix("hello wor", "hello world") == 9
+    assert common_prefix("", "abc") == 0
+    assert common_prefix("abc", "abd") == 2
+
+
+def test_finals_are_delivered_in_utterance_order() -> None:
+    audio = tone_bursts([(0.2, 1.0), (2.0, 3.0), (4.0, 5.0)], 6.0)
+    session = make_session()
+    requests = [
+        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind is RequestKind.FINAL
+    ]
+    session.events_to_send()
+    for r in reversed(requests):
+        session.receive_result(answer(r), now=2.0)
+    events = session.events_to_send()
+    assert [e.utt_id for e in finals(events)] == [0, 1, 2]
+    assert isinstance(events[-1], End)
+
+
+def test_engine_error_on_a_final_is_reported_and_the_stream_still_ends() -> None:
+    audio = tone_bursts([(0.2, 1.0)], 2.0)
+    session = make_session()
+    (request,) = [
+        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind.value == "final"
+    ]
+    session.receive_result(InferenceResult(request, None, "out_of_memory", "too big"), now=1.0)
+    events = session.events_to_send()
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert errors and errors[0].code == "out_of_memory"
+    assert isinstance(events[-1], End)
+
+
+def test_protocol_state_errors() -> None:
+    session = make_session()
+    session.receive_text('{"type":"start","sample_rate":8000,"encoding":"mulaw"}', now=0.0)
+    with pytest.raises(StateError):
+        session.receive_text('{"type":"start"}', now=0.0)
+    session.receive_text('{"type":"stop"}', now=0.0)
+    with pytest.raises(StateError):
+        session.receive_audio(b"\x00\x00", now=0.0)
+    with pytest.raises(UnknownMessageTypeError):
+        session.receive_text('{"type":"pause"}', now=0.0)
+
+
+def test_abort_reports_error_and_still_delivers_owed_finals() -> None:
+    session = make_session()
+    session.receive_text('{"type":"start","encoding":"pcm_f32le"}', now=0.0)
+    speech = tone_bursts([(0.2, 3.0)], 2.0)
+    session.receive_audio(speech.astype("<f4").tobytes(), now=0.0)
+    bad = np.array([0.1, np.nan], dtype="<f4").tobytes()
+    with pytest.raises(InvalidAudioError) as info:
+        session.receive_audio(bad, now=0.1)
+    session.abort(info.value, now=0.1)
+    serve(session, True)
+    events = session.events_to_send()
+    kinds = [type(e) for e in events]
+    assert ErrorEvent in kinds and Final in kinds
+    assert isinstance(events[-1], End)
+    assert session.close_code == InvalidAudioError.close_code
+    assert session.finished
+
+
+def test_toggles_hide_fields_in_finals() -> None:
+    session = make_session()
+    session.receive_text(
+        '{"type":"start","emotion":false,"event":false,"timestamps":false,"partials":false}', 0.0
+    )
+    events = run(session, to_s16le(tone_bursts([(0.2, 1.5)], 2.0)), 1600)
+    assert not [e for e in events if isinstance(e, Partial)]
+    wire = json.loads(dump_event(finals(events)[0]))
+    assert wire["v"] == 1 and wire["type"] == "final"
+    assert "emotion" not in wire and "event" not in wire and "tokens" not in wire
+    assert "lang" in wire and "text" in wire

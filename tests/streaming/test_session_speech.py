@@ -1,0 +1,169 @@
+"""Session acceptance on real espeak-ng speech with the real FSMN VAD (and webrtc)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from engine.types import InferenceRequest, RequestKind
+from streaming.messages import Final
+from streaming.segmenter import SegmenterConfig
+from streaming.session import Session, SessionConfig
+from streaming.vad_fsmn import FsmnVadModel
+from streaming.vad_types import VadModel
+from streaming.vad_webrtc import WebrtcVadModel
+from tests.speech import Clip, chunks, energy_regions, long_speech, three_sentences, to_s16le
+from tests.streaming.fakes import answer
+
+SR = 16000
+TOLERANCE = 300 * SR // 1000
+
+
+@pytest.fixture(scope="module")
+def fsmn() -> FsmnVadModel:
+    return FsmnVadModel.from_package()
+
+
+@pytest.fixture(scope="module")
+def signal(speech_clips: list[Clip]) -> np.ndarray:
+    return three_sentences(speech_clips)
+
+
+def stream(
+    vad: VadModel,
+    data: bytes,
+    chunk: int,
+    start: str | None = None,
+    config: SessionConfig | None = None,
+) -> tuple[list[InferenceRequest], list[Final]]:
+    """Feed a whole stream, answering every request; return all requests and the finals."""
+    session = Session("t", config or SessionConfig(), vad)
+    if start:
+        session.receive_text(start, now=0.0)
+    requests: list[InferenceRequest] = []
+    events = []
+    for piece in chunks(data, chunk):
+        session.receive_audio(piece, now=0.0)
+        for r in session.requests_to_submit():
+            requests.append(r)
+            session.receive_result(answer(r), now=0.0)
+        events += session.events_to_send()
+    session.receive_text('{"type":"stop"}', now=0.0)
+    for r in session.requests_to_submit():
+        requests.append(r)
+        session.receive_result(answer(r), now=0.0)
+    events += session.events_to_send()
+    assert session.finished
+    return requests, [e for e in events if isinstance(e, Final)]
+
+
+def finals_of(requests: list[InferenceRequest]) -> list[InferenceRequest]:
+    return [r for r in requests if r.kind is RequestKind.FINAL]
+
+
+def test_chunk_size_does_not_change_segments_or_request_audio(
+    fsmn: FsmnVadModel, signal: np.ndarray
+) -> None:
+    data = to_s16le(signal)
+    # 10 ms, 37 ms plus an odd byte, 100 ms and 1 s frames.
+    runs = [stream(fsmn, data, size)[0] for size in (320, 1185, 3200, 32000)]
+    reference = runs[0]
+    assert len(finals_of(reference)) == 3
+    assert any(r.kind is RequestKind.PARTIAL for r in reference)
+    for other in runs[1:]:
+        assert [(r.kind, r.utterance_id, r.start_sample) for r in other] == [
+            (r.kind, r.utterance_id, r.start_sample) for r in reference
+        ]
+        for a, b in zip(other, reference, strict=True):
+            np.testing.assert_array_equal(a.audio, b.audio)
+
+
+def test_requests_carry_the_exact_source_samples(fsmn: FsmnVadModel, signal: np.ndarray) -> None:
+    data = to_s16le(signal)
+    source = np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    requests, _ = stream(fsmn, data, 3200)
+    for r in requests:
+        np.testing.assert_array_equal(
+            r.audio, source[r.start_sample : r.start_sample + r.num_samples]
+        )
+
+
+@pytest.mark.parametrize("vad_name", ["fsmn", "webrtc"])
+def test_three_sentences_give_three_finals_near_the_speech(
+    vad_name: str, fsmn: FsmnVadModel, signal: np.ndarray
+) -> None:
+    vad: VadModel = fsmn if vad_name == "fsmn" else WebrtcVadModel()
+    requests, finals = stream(vad, to_s16le(signal), 3200)
+    assert len(finals) == 3
+    reference = energy_regions(signal)
+    assert len(reference) == 3
+    for r, (ref_start, ref_end) in zip(finals_of(requests), reference, strict=True):
+        assert abs(r.start_sample - ref_start) <= TOLERANCE, (vad_name, r.start_sample, ref_start)
+        end = r.start_sample + r.num_samples
+        assert abs(end - ref_end) <= TOLERANCE, (vad_name, end, ref_end)
+    for final, r in zip(finals, finals_of(requests), strict=True):
+        assert final.start_ms == r.start_sample * 1000 // SR
+
+
+def sox_convert(audio: np.ndarray, tmp: Path, *args: str) -> bytes:
+    """Convert 16 kHz audio with sox, as a telephony or capture chain would."""
+    wav = tmp / "in.wav"
+    sf.write(wav, audio, SR, subtype="FLOAT")
+    out = tmp / "out.raw"
+    subprocess.run(["sox", str(wav), *args, str(out)], check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_telephone_and_studio_formats_give_the_same_segments(
+    fsmn: FsmnVadModel, signal: np.ndarray, tmp_path: Path
+) -> None:
+    mulaw = sox_convert(signal, tmp_path, "-r", "8000", "-e", "mu-law", "-b", "8", "-t", "raw")
+    f32 = sox_convert(
+        signal, tmp_path, "-r", "48000", "-c", "2", "-e", "floating-point", "-b", "32", "-t", "raw"
+    )
+    tel = '{"type":"start","sample_rate":8000,"encoding":"mulaw"}'
+    studio = '{"type":"start","sample_rate":48000,"encoding":"pcm_f32le","channels":2}'
+    _, tel_finals = stream(fsmn, mulaw, 160, tel)
+    _, studio_finals = stream(fsmn, f32, 9600, studio)
+    _, plain_finals = stream(fsmn, to_s16le(signal), 3200)
+    assert len(tel_finals) == len(studio_finals) == len(plain_finals) == 3
+    for a, b in zip(tel_finals, plain_finals, strict=True):
+        assert abs(a.start_ms - b.start_ms) <= 150 and abs(a.end_ms - b.end_ms) <= 150
+
+
+def test_long_speech_is_cut_with_no_sample_lost_or_repeated(
+    fsmn: FsmnVadModel, tmp_path: Path
+) -> None:
+    audio = long_speech(tmp_path, 40.0)
+    data = to_s16le(audio)
+    source = np.frombuffer(data, "<i2").astype(np.float32) / 32768
+    requests, finals = stream(fsmn, data, 3200)
+    finals_req = finals_of(requests)
+    assert len(finals) >= 3
+    max_samples = SegmenterConfig().max_samples
+    for a, b in itertools.pairwise(finals_req):
+        assert a.num_samples <= max_samples
+        if a.num_samples == max_samples:  # a forced cut: the next one starts right there
+            assert b.start_sample == a.start_sample + a.num_samples
+    covered = sum(r.num_samples for r in finals_req)
+    span = finals_req[-1].start_sample + finals_req[-1].num_samples - finals_req[0].start_sample
+    assert covered <= span  # no sample appears twice
+    forced = [r for r in finals_req if r.num_samples == max_samples]
+    assert len(forced) >= 2
+    for r in finals_req:
+        np.testing.assert_array_equal(
+            r.audio, source[r.start_sample : r.start_sample + r.num_samples]
+        )
+
+
+def test_stop_in_mid_speech_produces_a_final(fsmn: FsmnVadModel, signal: np.ndarray) -> None:
+    second = energy_regions(signal)[1]
+    cut = (second[0] + second[1]) // 2
+    _, finals = stream(fsmn, to_s16le(signal[:cut]), 3200)
+    assert len(finals) == 2
+    assert finals[-1].end_ms == cut * 1000 // SR
