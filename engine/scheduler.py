@@ -1,0 +1,280 @@
+"""The micro-batching scheduler: a synchronous core that takes `now` and never blocks.
+
+Policy, in order: finals before partials; a newer partial of an utterance replaces the
+queued one and a final drops its utterance's partials; stale partials are dropped; a
+batch leaves when it is full or when its oldest request has waited `max_wait_ms`; items
+are chosen close in length to the oldest one, so padding stays small; and a batch is
+formed only if its priced cost fits the memory budget.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.budget import Allocation, CostModel, MemoryBudget
+from engine.errors import EngineError
+from engine.types import InferenceRequest, RequestKind
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Batching limits; `max_batch` is the resolved number (warm-up decides `auto`)."""
+
+    max_batch: int = 8
+    max_wait_ms: float = 20.0
+    partial_stale_ms: float = 3000.0
+    max_queued_partials: int = 512
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_batch <= 256:
+            raise ValueError("max_batch must be within 1..256")
+        if self.max_wait_ms < 0 or self.partial_stale_ms <= 0:
+            raise ValueError("max_wait_ms must be >= 0 and partial_stale_ms > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Requests to run together, sorted by length, with their memory reservation."""
+
+    requests: tuple[InferenceRequest, ...]
+    allocation: Allocation
+    frames: int
+    padding_efficiency: float
+    formed_at: float
+    retry: bool = False
+
+
+@dataclass
+class SchedulerStats:
+    """Counters for metrics; plain integers, owned by one scheduler."""
+
+    partials_replaced: int = 0
+    partials_stale: int = 0
+    partials_overflow: int = 0
+    partials_superseded: int = 0
+    oom_splits: int = 0
+    batches: int = 0
+    padding_efficiency_sum: float = 0.0
+
+    @property
+    def partials_dropped(self) -> int:
+        return (
+            self.partials_replaced
+            + self.partials_stale
+            + self.partials_overflow
+            + self.partials_superseded
+        )
+
+
+@dataclass(order=True)
+class _Queued:
+    arrival: float
+    seq: int
+    request: InferenceRequest = field(compare=False)
+    frames: int = field(compare=False)
+
+
+class Scheduler:
+    """Queues requests from every session and forms batches under one memory budget."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        budget: MemoryBudget,
+        cost: CostModel,
+        frames_of: Callable[[int], int],
+    ) -> None:
+        self.config = config
+        self.budget = budget
+        self.cost = cost
+        self._frames_of = frames_of
+        self._finals: list[_Queued] = []  # sorted by arrival
+        self._partials: dict[Key, _Queued] = {}  # insertion order is arrival order
+        self._retry: deque[tuple[InferenceRequest, ...]] = deque()
+        self._rejected: list[InferenceRequest] = []
+        self._seq = 0
+        self.stats = SchedulerStats()
+
+    # ---- admission --------------------------------------------------------------
+
+    def check_fits(self, max_samples: int) -> None:
+        """Refuse to start when one maximum-length utterance cannot fit the budget."""
+        need = self.cost.bytes(1, self._frames_of(max_samples))
+        if need > self.budget.total:
+            raise EngineError(
+                f"one {max_samples / 16000:.0f} s utterance needs {need / 2**20:.0f} MiB but the "
+                f"memory budget is {self.budget.total / 2**20:.0f} MiB: raise --memory-budget "
+                f"or lower the maximum segment length"
+            )
+
+    def submit(self, request: InferenceRequest, now: float) -> list[InferenceRequest]:
+        """Queue a request; returns the partials it made redundant (dropped)."""
+        item = self._queued(request)
+        if request.kind is RequestKind.FINAL:
+            bisect.insort(self._finals, item)
+            old = self._partials.pop(request.key, None)
+            if old is None:
+                return []
+            self.stats.partials_superseded += 1
+            return [old.request]
+        dropped: list[InferenceRequest] = []
+        old = self._partials.pop(request.key, None)
+        if old is not None:
+            self.stats.partials_replaced += 1
+            dropped.append(old.request)
+        if len(self._partials) >= self.config.max_queued_partials:
+            # Overload: the oldest partial goes first; finals always queue.
+            oldest = next(iter(self._partials))
+            dropped.append(self._partials.pop(oldest).request)
+            self.stats.partials_overflow += 1
+        self._partials[request.key] = item
+        return dropped
+
+    def cancel(self, session_id: str) -> list[InferenceRequest]:
+        """Remove everything a session has queued (it disconnected)."""
+        gone = [q.request for q in self._finals if q.request.session_id == session_id]
+        self._finals = [q for q in self._finals if q.request.session_id != session_id]
+        for key in [k for k in self._partials if k[0] == session_id]:
+            gone.append(self._partials.pop(key).request)
+        kept: deque[tuple[InferenceRequest, ...]] = deque()
+        for group in self._retry:
+            gone += [r for r in group if r.session_id == session_id]
+            rest = tuple(r for r in group if r.session_id != session_id)
+            if rest:
+                kept.append(rest)
+        self._retry = kept
+        return gone
+
+    def drop_stale(self, now: float) -> list[InferenceRequest]:
+        """Partials older than the staleness limit are no longer worth decoding."""
+        limit = now - self.config.partial_stale_ms / 1000
+        stale = [k for k, q in self._partials.items() if q.arrival < limit]
+        self.stats.partials_stale += len(stale)
+        return [self._partials.pop(k).request for k in stale]
+
+    # ---- batching ---------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return len(self._finals) + len(self._partials) + sum(len(g) for g in self._retry)
+
+    def next_wakeup(self) -> float | None:
+        """When the oldest queued request's wait runs out (None when nothing is queued)."""
+        oldest = self._oldest_arrival()
+        return None if oldest is None else oldest + self.config.max_wait_ms / 1000
+
+    def next_batch(self, now: float) -> Batch | None:
+        """A batch to run now, or None (not full and not yet due, or no memory free)."""
+        if self._retry:
+            return self._retry_batch(now)
+        oldest = self._oldest_arrival()
+        if oldest is None:
+            return None
+        full = len(self._finals) + len(self._partials) >= self.config.max_batch
+        if not full and now < oldest + self.config.max_wait_ms / 1000:
+            return None
+        return self._form(now)
+
+    def take_rejected(self) -> list[InferenceRequest]:
+        """Requests that can never fit the budget; the caller answers them with errors."""
+        rejected, self._rejected = self._rejected, []
+        return rejected
+
+    def complete(self, batch: Batch) -> None:
+        """The batch finished (or failed): give its memory back."""
+        self.budget.free(batch.allocation)
+
+    def split_after_oom(self, batch: Batch) -> InferenceRequest | None:
+        """Requeue the halves of a batch that ran out of memory.
+
+        Returns the request when the batch was a single item: it cannot run at all and the
+        caller answers it with an error. Either way the cost model gets more conservative.
+        """
+        self.cost.be_more_conservative()
+        self.stats.oom_splits += 1
+        if len(batch.requests) == 1:
+            return batch.requests[0]
+        half = len(batch.requests) // 2
+        self._retry.appendleft(batch.requests[half:])
+        self._retry.appendleft(batch.requests[:half])
+        return None
+
+    def _retry_batch(self, now: float) -> Batch | None:
+        group = self._retry[0]
+        frames = max(self._frames_of(r.num_samples) for r in group)
+        allocation = self.budget.allocate(self.cost.bytes(len(group), frames))
+        if allocation is None:
+            return None
+        self._retry.popleft()
+        return self._batch(list(group), allocation, now, retry=True)
+
+    def _form(self, now: float) -> Batch | None:
+        anchor = self._finals[0] if self._finals else next(iter(self._partials.values()))
+        chosen = [anchor]
+        frames = anchor.frames
+        allocation_size = self.cost.bytes(1, frames)
+        if allocation_size > self.budget.total:
+            # It can never fit, even alone (the cost model grew after out-of-memory errors).
+            self._remove(chosen)
+            self._rejected.append(anchor.request)
+            return None
+        if allocation_size > self.budget.available:
+            return None  # wait until a batch in flight gives memory back
+        for group in (self._finals, list(self._partials.values())):
+            ranked = sorted(
+                (q for q in group if q is not anchor), key=lambda q: abs(q.frames - anchor.frames)
+            )
+            for q in ranked:
+                if len(chosen) >= self.config.max_batch:
+                    break
+                size = self.cost.bytes(len(chosen) + 1, max(frames, q.frames))
+                if size <= self.budget.available:
+                    chosen.append(q)
+                    frames = max(frames, q.frames)
+                    allocation_size = size
+        allocation = self.budget.allocate(allocation_size)
+        if allocation is None:
+            return None
+        self._remove(chosen)
+        return self._batch([q.request for q in chosen], allocation, now)
+
+    def _batch(
+        self,
+        requests: list[InferenceRequest],
+        allocation: Allocation,
+        now: float,
+        retry: bool = False,
+    ) -> Batch:
+        requests.sort(key=lambda r: r.num_samples)
+        lengths = [self._frames_of(r.num_samples) for r in requests]
+        frames = max(lengths)
+        efficiency = sum(lengths) / (frames * len(lengths)) if frames else 1.0
+        self.stats.batches += 1
+        self.stats.padding_efficiency_sum += efficiency
+        return Batch(tuple(requests), allocation, frames, efficiency, now, retry)
+
+    def _remove(self, chosen: list[_Queued]) -> None:
+        ids = {id(q) for q in chosen}
+        self._finals = [q for q in self._finals if id(q) not in ids]
+        for q in chosen:
+            if q.request.kind is RequestKind.PARTIAL:
+                self._partials.pop(q.request.key, None)
+
+    def _queued(self, request: InferenceRequest) -> _Queued:
+        self._seq += 1
+        return _Queued(request.arrival, self._seq, request, self._frames_of(request.num_samples))
+
+    def _oldest_arrival(self) -> float | None:
+        candidates = []
+        if self._finals:
+            candidates.append(self._finals[0].arrival)
+        if self._partials:
+            candidates.append(next(iter(self._partials.values())).arrival)
+        if self._retry:
+            candidates.append(min(r.arrival for r in self._retry[0]))
+        return min(candidates) if candidates else None

@@ -1,0 +1,200 @@
+"""AsyncEngine with the real tiny model: concurrency, isolation, cancellation and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.async_engine import AsyncEngine
+from engine.budget import Architecture, CostModel, MemoryBudget
+from engine.loader import BackendOptions, create_backend
+from engine.model_dir import load_model_dir
+from engine.recognizer import Recognizer
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind
+from tests.speech import Clip
+
+
+@pytest.fixture(scope="module")
+def recognizer(tiny_model_dir: Path) -> Recognizer:
+    model_dir = load_model_dir(tiny_model_dir)
+    # fp32: batch-invariant, so batched results must equal direct decoding exactly.
+    return Recognizer(model_dir, create_backend(model_dir, BackendOptions(precision="fp32")))
+
+
+def make_engine(recognizer: Recognizer, max_batch: int = 8) -> AsyncEngine:
+    scheduler = Scheduler(
+        SchedulerConfig(max_batch=max_batch, max_wait_ms=10),
+        MemoryBudget(2 << 30),
+        CostModel(Architecture(hidden=64, heads=2, ffn=128)),
+        recognizer.frontend.num_frames,
+    )
+    return AsyncEngine(recognizer, scheduler)
+
+
+def session_audio(clips: list[Clip], i: int) -> np.ndarray:
+    """A different utterance per session: a clip, trimmed by a session-specific amount."""
+    clip = clips[i % len(clips)].audio
+    return clip[: max(8000, len(clip) - 1600 * (i // len(clips)))]
+
+
+def direct(recognizer: Recognizer, audio: np.ndarray, options: DecodeOptions) -> str:
+    return recognizer.decode([recognizer.prepare(audio, options)])[0].text
+
+
+async def one_session(
+    engine: AsyncEngine, sid: str, audio: np.ndarray, rng: random.Random
+) -> list[InferenceResult]:
+    channel = engine.open_session(sid)
+    options = DecodeOptions(language=rng.choice(["auto", "en", "zh"]), itn=rng.random() < 0.5)
+    await asyncio.sleep(rng.random() * 0.05)
+    cut = len(audio) // 2
+    engine.submit(InferenceRequest(sid, 0, RequestKind.PARTIAL, audio[:cut], options, now()))
+    engine.submit(InferenceRequest(sid, 0, RequestKind.FINAL, audio, options, now()))
+    results = []
+    while True:
+        result = await asyncio.wait_for(channel.get(), 60)
+        results.append(result)
+        if result.request.kind is RequestKind.FINAL:
+            return results
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def test_fifty_concurrent_sessions_get_their_own_direct_transcripts(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    async def main() -> dict[str, list[InferenceResult]]:
+        engine = make_engine(recognizer)
+        engine.start()
+        rng = random.Random(3)
+        tasks = {
+            f"s{i}": asyncio.create_task(
+                one_session(engine, f"s{i}", session_audio(speech_clips, i), rng)
+            )
+            for i in range(50)
+        }
+        done = {sid: await task for sid, task in tasks.items()}
+        await engine.close(timeout=10)
+        return done
+
+    results = asyncio.run(main())
+    assert len(results) == 50
+    for sid, session_results in results.items():
+        for result in session_results:
+            assert result.request.session_id == sid
+            assert result.ok, result.error_message
+        final = session_results[-1]
+        expected = direct(recognizer, final.request.audio, final.request.options)
+        assert final.transcript is not None and final.transcript.text == expected
+
+
+def test_batches_really_form_under_concurrency(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    async def main() -> AsyncEngine:
+        engine = make_engine(recognizer, max_batch=8)
+        engine.start()
+        channels = [engine.open_session(f"s{i}") for i in range(16)]
+        for i in range(16):
+            audio = speech_clips[i % 4].audio
+            engine.submit(
+                InferenceRequest(f"s{i}", 0, RequestKind.FINAL, audio, DecodeOptions(), now())
+            )
+        for channel in channels:
+            await asyncio.wait_for(channel.get(), 60)
+        await engine.close(timeout=10)
+        return engine
+
+    engine = asyncio.run(main())
+    assert engine.scheduler.stats.batches < 16  # some requests shared a batch
+    text = metrics_text(engine)
+    assert 'engine_requests_total{kind="final",outcome="ok"} 16.0' in text
+
+
+def metrics_text(engine: AsyncEngine) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(engine.metrics.registry).decode()
+
+
+def test_cancel_drops_queued_work_and_later_results(recognizer: Recognizer) -> None:
+    async def main() -> tuple[int, bool]:
+        engine = make_engine(recognizer)
+        channel = engine.open_session("gone")
+        audio = np.zeros(16000, np.float32)
+        for utt in range(5):
+            engine.submit(
+                InferenceRequest("gone", utt, RequestKind.FINAL, audio, DecodeOptions(), now())
+            )
+        cancelled = engine.cancel("gone")  # before the dispatcher ever ran
+        engine.start()
+        await engine.close(timeout=10)
+        return cancelled, channel.empty()
+
+    cancelled, empty = asyncio.run(main())
+    assert cancelled == 5 and empty
+
+
+class FlakyBackend:
+    """Wraps a real backend; fails the batches that contain a marked session."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = "flaky"
+
+    def run(self, feats: list[np.ndarray], options: list[DecodeOptions]) -> list[np.ndarray]:
+        if any(o.language == "ko" for o in options):
+            raise RuntimeError("device fault")
+        return self.inner.run(feats, options)  # type: ignore[attr-defined]
+
+
+def test_backend_fault_fails_only_that_batch_and_health_recovers(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    flaky = Recognizer(recognizer.model_dir, FlakyBackend(recognizer.backend))
+
+    async def main() -> tuple[InferenceResult, bool, InferenceResult, bool]:
+        engine = make_engine(flaky, max_batch=1)
+        engine.start()
+        channel = engine.open_session("a")
+        audio = speech_clips[1].audio
+        bad = DecodeOptions(language="ko")
+        engine.submit(InferenceRequest("a", 0, RequestKind.FINAL, audio, bad, now()))
+        failed = await asyncio.wait_for(channel.get(), 30)
+        unhealthy = engine.healthy
+        engine.submit(InferenceRequest("a", 1, RequestKind.FINAL, audio, DecodeOptions(), now()))
+        good = await asyncio.wait_for(channel.get(), 30)
+        recovered = engine.healthy
+        await engine.close(timeout=10)
+        return failed, unhealthy, good, recovered
+
+    failed, unhealthy, good, healthy = asyncio.run(main())
+    assert not failed.ok and failed.error_code == "backend_error"
+    assert "device fault" in (failed.error_message or "")
+    assert unhealthy is False
+    assert good.ok and healthy
+
+
+def test_bad_audio_in_a_batch_fails_only_that_request(recognizer: Recognizer) -> None:
+    async def main() -> list[InferenceResult]:
+        engine = make_engine(recognizer)
+        engine.start()
+        channel = engine.open_session("a")
+        nan = np.full(16000, np.nan, np.float32)
+        fine = np.zeros(16000, np.float32)
+        engine.submit(InferenceRequest("a", 0, RequestKind.FINAL, nan, DecodeOptions(), now()))
+        engine.submit(InferenceRequest("a", 1, RequestKind.FINAL, fine, DecodeOptions(), now()))
+        results = [await asyncio.wait_for(channel.get(), 30) for _ in range(2)]
+        await engine.close(timeout=10)
+        return results
+
+    results = {r.request.utterance_id: r for r in asyncio.run(main())}
+    assert results[0].error_code == "bad_audio"
+    assert results[1].ok

@@ -1,0 +1,267 @@
+"""Scheduler with a fake clock and a fake backend whose cost and memory are declared."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.budget import Architecture, CostModel, MemoryBudget, parse_size
+from engine.errors import EngineError
+from engine.scheduler import Batch, Scheduler, SchedulerConfig
+from engine.types import DecodeOptions, InferenceRequest, RequestKind
+
+SR = 16000
+
+
+def frames_of(samples: int) -> int:
+    """LFR frames, as the real frontend counts them."""
+    return 0 if samples < 400 else -(-(1 + (samples - 400) // 160) // 6)
+
+
+def request(
+    session: str, utt: int, kind: RequestKind, seconds: float, arrival: float
+) -> InferenceRequest:
+    audio = np.zeros(int(seconds * SR), np.float32)
+    return InferenceRequest(session, utt, kind, audio, DecodeOptions(), arrival)
+
+
+def make(
+    max_batch: int = 8, budget: int = 1 << 30, wait_ms: float = 20.0, **kw: float
+) -> Scheduler:
+    config = SchedulerConfig(max_batch=max_batch, max_wait_ms=wait_ms, **kw)  # type: ignore[arg-type]
+    return Scheduler(config, MemoryBudget(budget), CostModel(Architecture()), frames_of)
+
+
+@dataclass
+class FakeBackend:
+    """Runs a batch in `overhead + per_frame * padded frames` seconds of fake time.
+
+    Its real memory need is the cost model's raw estimate times `true_scale`; above
+    `memory` bytes it raises out-of-memory, like a device would.
+    """
+
+    cost: CostModel
+    memory: int
+    overhead: float = 0.02
+    per_frame: float = 0.0004
+    true_scale: float = 1.0
+    ran: list[Batch] = field(default_factory=list)
+
+    def run(self, batch: Batch) -> float | None:
+        need = self.cost.raw_bytes(len(batch.requests), batch.frames) * self.true_scale
+        if need > self.memory:
+            return None
+        self.ran.append(batch)
+        return self.overhead + self.per_frame * batch.frames * len(batch.requests)
+
+
+def simulate(
+    scheduler: Scheduler, arrivals: list[InferenceRequest], backend: FakeBackend
+) -> tuple[list[InferenceRequest], list[InferenceRequest], int]:
+    """Drive the scheduler on a fake clock; returns (answered, errored, peak budget use)."""
+    pending = sorted(arrivals, key=lambda r: r.arrival)
+    now, answered, errored, peak = 0.0, [], [], 0
+    while pending or scheduler.queued:
+        while pending and pending[0].arrival <= now:
+            scheduler.submit(pending.pop(0), now)
+        scheduler.drop_stale(now)
+        batch = scheduler.next_batch(now)
+        errored += scheduler.take_rejected()
+        if batch is None:
+            wake = scheduler.next_wakeup()
+            options = [t for t in (wake, pending[0].arrival if pending else None) if t is not None]
+            if not options:
+                break
+            now = max(now, min(options))
+            continue
+        peak = max(peak, scheduler.budget.in_use)
+        assert scheduler.budget.in_use <= scheduler.budget.total
+        duration = backend.run(batch)
+        scheduler.complete(batch)
+        if duration is None:
+            lone = scheduler.split_after_oom(batch)
+            if lone is not None:
+                errored.append(lone)
+            continue
+        answered += batch.requests
+        now += duration
+    return answered, errored, peak
+
+
+arrival_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # session
+        st.integers(0, 3),  # utterance
+        st.booleans(),  # final?
+        st.floats(0.3, 15.0),  # seconds of audio
+        st.floats(0.0, 3.0),  # arrival time
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals=arrival_strategy, max_batch=st.integers(1, 12), budget_mb=st.integers(40, 400))
+def test_budget_holds_and_every_final_is_answered_once(
+    arrivals: list[tuple[int, int, bool, float, float]], max_batch: int, budget_mb: int
+) -> None:
+    scheduler = make(max_batch=max_batch, budget=budget_mb << 20)
+    reqs, seen = [], set()
+    for session, utt, final, seconds, at in arrivals:
+        key = (f"s{session}", utt, final)
+        if key in seen:
+            continue  # one final per utterance, as sessions send
+        seen.add(key)
+        kind = RequestKind.FINAL if final else RequestKind.PARTIAL
+        reqs.append(request(f"s{session}", utt, kind, seconds, at))
+    fits = [r for r in reqs if scheduler.cost.bytes(1, frames_of(r.num_samples)) <= budget_mb << 20]
+    backend = FakeBackend(scheduler.cost, memory=budget_mb << 20)
+    answered, errored, peak = simulate(scheduler, reqs, backend)
+    assert peak <= scheduler.budget.total
+    finals = Counter(id(r) for r in answered + errored if r.kind is RequestKind.FINAL)
+    expected = {id(r) for r in reqs if r.kind is RequestKind.FINAL}
+    assert set(finals) == expected and all(n == 1 for n in finals.values())
+    assert all(id(r) in {id(x) for x in fits} for r in answered)
+    for batch in backend.ran:
+        assert len(batch.requests) <= max_batch
+        assert len({id(r) for r in batch.requests}) == len(batch.requests)
+
+
+def test_finals_never_starve_under_a_flood_of_partials() -> None:
+    scheduler = make(max_batch=4)
+    flood = [
+        request(f"s{s}", 0, RequestKind.PARTIAL, 2.0, t / 100)
+        for t in range(300)
+        for s in range(10)
+    ]
+    final = request("late", 7, RequestKind.FINAL, 3.0, 1.0)
+    backend = FakeBackend(scheduler.cost, memory=1 << 40)
+    answered, _, _ = simulate(scheduler, [*flood, final], backend)
+    assert final in answered
+    started = next(b.formed_at for b in backend.ran if final in b.requests)
+    first_after = min(b.formed_at for b in backend.ran if b.formed_at >= 1.0)
+    assert started == first_after  # the very next batch after it arrived
+
+
+def test_newer_partial_replaces_queued_one_and_final_drops_partials() -> None:
+    scheduler = make(max_batch=8)
+    p1 = request("a", 0, RequestKind.PARTIAL, 1.0, 0.0)
+    p2 = request("a", 0, RequestKind.PARTIAL, 1.4, 0.001)
+    other = request("b", 0, RequestKind.PARTIAL, 1.0, 0.002)
+    assert scheduler.submit(p1, 0.0) == []
+    assert scheduler.submit(p2, 0.001) == [p1]
+    assert scheduler.submit(other, 0.002) == []
+    final = request("a", 0, RequestKind.FINAL, 2.0, 0.003)
+    assert scheduler.submit(final, 0.003) == [p2]
+    batch = scheduler.next_batch(1.0)
+    assert batch is not None
+    assert set(map(id, batch.requests)) == {id(final), id(other)}
+    assert scheduler.stats.partials_dropped == 2
+
+
+def test_stale_partials_are_dropped_but_finals_are_not() -> None:
+    scheduler = make(partial_stale_ms=500)
+    old = request("a", 0, RequestKind.PARTIAL, 1.0, 0.0)
+    final = request("b", 0, RequestKind.FINAL, 1.0, 0.0)
+    scheduler.submit(old, 0.0)
+    scheduler.submit(final, 0.0)
+    assert scheduler.drop_stale(0.6) == [old]
+    batch = scheduler.next_batch(0.6)
+    assert batch is not None and batch.requests == (final,)
+
+
+def test_max_wait_is_a_deadline_from_the_oldest_request() -> None:
+    scheduler = make(max_batch=4, wait_ms=50)
+    scheduler.submit(request("a", 0, RequestKind.FINAL, 1.0, 10.0), 10.0)
+    assert scheduler.next_wakeup() == pytest.approx(10.05)
+    assert scheduler.next_batch(10.049) is None
+    scheduler.submit(request("b", 0, RequestKind.FINAL, 1.0, 10.03), 10.03)
+    assert scheduler.next_wakeup() == pytest.approx(10.05)  # still the oldest's deadline
+    batch = scheduler.next_batch(10.05)
+    assert batch is not None and len(batch.requests) == 2
+
+
+def test_a_full_batch_leaves_at_once() -> None:
+    scheduler = make(max_batch=3, wait_ms=1000)
+    for i in range(3):
+        scheduler.submit(request(f"s{i}", 0, RequestKind.FINAL, 1.0, 0.0), 0.0)
+    assert scheduler.next_batch(0.0) is not None
+
+
+def test_batches_are_length_sorted_and_close_in_length() -> None:
+    scheduler = make(max_batch=3, wait_ms=0)
+    lengths = [10.0, 1.0, 9.5, 2.0, 9.0, 1.5]
+    for i, seconds in enumerate(lengths):
+        scheduler.submit(request(f"s{i}", 0, RequestKind.FINAL, seconds, i * 0.001), 0.01)
+    first = scheduler.next_batch(1.0)
+    assert first is not None
+    assert [r.num_samples / SR for r in first.requests] == [9.0, 9.5, 10.0]
+    assert first.padding_efficiency > 0.9
+
+
+def test_oom_splits_the_batch_and_nothing_is_lost() -> None:
+    scheduler = make(max_batch=8, wait_ms=0)
+    reqs = [request(f"s{i}", 0, RequestKind.FINAL, 5.0, 0.0) for i in range(8)]
+    one = scheduler.cost.raw_bytes(1, frames_of(5 * SR))
+    backend = FakeBackend(scheduler.cost, memory=int(2.5 * one))  # device fits 2 at a time
+    answered, errored, _ = simulate(scheduler, reqs, backend)
+    assert sorted(map(id, answered)) == sorted(map(id, reqs)) and not errored
+    assert scheduler.stats.oom_splits >= 2
+    assert scheduler.cost.scale > 1.0  # more conservative from now on
+
+
+def test_a_request_too_big_even_alone_gets_an_error_and_others_go_on() -> None:
+    scheduler = make(max_batch=4, wait_ms=0)
+    big = request("big", 0, RequestKind.FINAL, 14.0, 0.0)
+    small = [request(f"s{i}", 0, RequestKind.FINAL, 1.0, 0.0) for i in range(3)]
+    limit = scheduler.cost.raw_bytes(3, frames_of(SR)) * 1.2
+    answered, errored, _ = simulate(
+        scheduler, [big, *small], FakeBackend(scheduler.cost, int(limit))
+    )
+    assert errored == [big]
+    assert sorted(map(id, answered)) == sorted(map(id, small))
+
+
+def test_cancel_removes_everything_a_session_queued() -> None:
+    scheduler = make()
+    for utt in range(3):
+        scheduler.submit(request("gone", utt, RequestKind.FINAL, 1.0, 0.0), 0.0)
+    scheduler.submit(request("gone", 9, RequestKind.PARTIAL, 1.0, 0.0), 0.0)
+    scheduler.submit(request("stays", 0, RequestKind.FINAL, 1.0, 0.0), 0.0)
+    assert len(scheduler.cancel("gone")) == 4
+    assert scheduler.queued == 1
+
+
+def test_budget_too_small_for_one_max_segment_refuses_to_start() -> None:
+    scheduler = make(budget=1 << 20)
+    with pytest.raises(EngineError, match="memory-budget"):
+        scheduler.check_fits(15 * SR)
+    make(budget=1 << 30).check_fits(15 * SR)
+
+
+def test_overload_drops_oldest_partials_first_and_finals_always_queue() -> None:
+    scheduler = make(max_queued_partials=4)
+    for i in range(6):
+        scheduler.submit(request(f"s{i}", 0, RequestKind.PARTIAL, 1.0, i * 0.01), 0.0)
+    for i in range(10):
+        scheduler.submit(request(f"f{i}", 0, RequestKind.FINAL, 1.0, 0.1), 0.1)
+    assert scheduler.queued == 14
+    assert scheduler.stats.partials_overflow == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("4GiB", 4 << 30), ("512MiB", 512 << 20), ("1.5g", 3 << 29), ("1000", 1000)]
+)
+def test_parse_size(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+def test_parse_size_rejects_garbage() -> None:
+    for bad in ("", "lots", "-1GiB", "0"):
+        with pytest.raises(ValueError):
+            parse_size(bad)

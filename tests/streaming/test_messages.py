@@ -1,0 +1,127 @@
+"""Protocol v1 messages: parsing, validation errors with codes, and event JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.types import Token, Transcript
+from streaming.errors import (
+    InvalidFieldError,
+    MalformedMessageError,
+    ProtocolError,
+    UnknownMessageTypeError,
+)
+from streaming.messages import (
+    End,
+    ErrorEvent,
+    Final,
+    Partial,
+    Ready,
+    SpeechStarted,
+    StartMessage,
+    StopMessage,
+    dump_event,
+    parse_client_text,
+)
+
+
+def test_start_defaults_and_overrides() -> None:
+    assert parse_client_text('{"type":"start"}') == StartMessage()
+    msg = parse_client_text(
+        '{"type":"start","v":1,"sample_rate":8000,"encoding":"mulaw","channels":1,'
+        '"language":"zh","itn":false,"partials":false,"emotion":false,"event":false,'
+        '"timestamps":false}'
+    )
+    assert msg == StartMessage(8000, "mulaw", 1, "zh", False, False, False, False, False)
+    assert parse_client_text('{"type":"stop"}') == StopMessage()
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "fragment"),
+    [
+        ("{not json", MalformedMessageError, "JSON"),
+        ("[1,2]", MalformedMessageError, "object"),
+        ('{"type":"pause"}', UnknownMessageTypeError, "pause"),
+        ('{"kind":"start"}', UnknownMessageTypeError, "type"),
+        ('{"type":"start","sample_rate":12345}', InvalidFieldError, "sample_rate"),
+        ('{"type":"start","sample_rate":"16000"}', InvalidFieldError, "sample_rate"),
+        ('{"type":"start","sample_rate":true}', InvalidFieldError, "sample_rate"),
+        ('{"type":"start","encoding":"mp3"}', InvalidFieldError, "encoding"),
+        ('{"type":"start","channels":3}', InvalidFieldError, "channels"),
+        ('{"type":"start","language":"fr"}', InvalidFieldError, "language"),
+        ('{"type":"start","itn":1}', InvalidFieldError, "itn"),
+        ('{"type":"start","volume":3}', InvalidFieldError, "volume"),
+        ('{"type":"stop","now":true}', InvalidFieldError, "now"),
+        ('{"type":"start","v":2}', InvalidFieldError, "version"),
+    ],
+)
+def test_bad_messages_raise_typed_errors(text: str, error: type, fragment: str) -> None:
+    with pytest.raises(error) as info:
+        parse_client_text(text)
+    assert fragment in info.value.message
+    assert info.value.code and 1000 <= info.value.close_code <= 4999
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_parses_or_raises_a_protocol_error(text: str) -> None:
+    try:
+        parse_client_text(text)
+    except ProtocolError as exc:
+        assert exc.code
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "v", "sample_rate", "encoding", "channels", "language", "itn"]),
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    )
+)
+def test_any_json_object_parses_or_raises_a_protocol_error(obj: dict) -> None:
+    try:
+        parse_client_text(json.dumps(obj))
+    except ProtocolError as exc:
+        assert exc.code
+
+
+def test_events_carry_version_and_type() -> None:
+    transcript = Transcript(
+        "hi there",
+        "en",
+        "happy",
+        "speech",
+        True,
+        "hi there😊",
+        (Token(5, " hi", 0, 120), Token(6, " there", 120, 300)),
+    )
+    events = [
+        Ready("s1", StartMessage().to_dict(), "SenseVoiceSmall", False),
+        SpeechStarted(0, 1200),
+        Partial(0, 1200, 1800, "hi", 0, {"lang": "en"}),
+        Final(0, 1200, 1600, transcript, {"emotion": True, "event": True, "timestamps": True}),
+        ErrorEvent("invalid_audio", "NaN"),
+        End(),
+    ]
+    wire = [json.loads(dump_event(e)) for e in events]
+    assert [w["type"] for w in wire] == [
+        "ready",
+        "speech_started",
+        "partial",
+        "final",
+        "error",
+        "end",
+    ]
+    assert all(w["v"] == 1 for w in wire)
+    final = wire[3]
+    # Token times move onto the stream clock.
+    assert final["tokens"] == [
+        {"text": " hi", "start_ms": 1200, "end_ms": 1320},
+        {"text": " there", "start_ms": 1320, "end_ms": 1500},
+    ]
+    assert final["emotion"] == "happy" and final["rich_text"] == "hi there😊"
+    assert wire[0]["config"]["sample_rate"] == 16000
