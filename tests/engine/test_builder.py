@@ -1,0 +1,96 @@
+"""Engine start-up: warm-up, calibration, batch-size choice by measurement."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.builder import EngineConfig, build_engine, choose_max_batch
+from engine.errors import EngineError
+from engine.loader import BackendOptions
+from engine.model_dir import load_model_dir
+from engine.prompts import PROMPT_FRAMES
+from engine.recognizer import Recognizer
+from engine.types import DecodeOptions
+
+
+class DeclaredCostBackend:
+    """Sleeps `overhead + per_item_frame * items * frames` seconds: a device with a known cost."""
+
+    name = "declared"
+
+    def __init__(self, overhead: float, per_item_frame: float) -> None:
+        self.overhead = overhead
+        self.per_item_frame = per_item_frame
+
+    def run(
+        self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
+    ) -> list[np.ndarray]:
+        frames = max(f.shape[0] for f in feats)
+        time.sleep(self.overhead + self.per_item_frame * len(feats) * frames)
+        return [np.zeros(f.shape[0] + PROMPT_FRAMES, np.int32) for f in feats]
+
+
+def fake_recognizer(tiny_model_dir: Path, overhead: float, per_item_frame: float) -> Recognizer:
+    return Recognizer(load_model_dir(tiny_model_dir), DeclaredCostBackend(overhead, per_item_frame))
+
+
+CONFIG = EngineConfig(autotune_seconds=1.0, autotune_candidates=(1, 2, 4, 8, 16))
+
+
+def test_overhead_bound_device_gets_a_big_batch(tiny_model_dir: Path) -> None:
+    # GPU-like: a fixed 40 ms per call, almost nothing per frame.
+    recognizer = fake_recognizer(tiny_model_dir, 0.04, 1e-6)
+    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    assert chosen == 16
+    assert curve[-1]["audio_s_per_s"] > 5 * curve[0]["audio_s_per_s"]
+
+
+def test_compute_bound_device_stays_unbatched(tiny_model_dir: Path) -> None:
+    # CPU-like: cost grows with the work, so batching buys nothing.
+    recognizer = fake_recognizer(tiny_model_dir, 0.0, 2e-4)
+    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    assert chosen == 1
+    assert len(curve) <= 3  # it stopped once throughput stopped growing
+
+
+def test_latency_target_caps_the_batch(tiny_model_dir: Path) -> None:
+    recognizer = fake_recognizer(tiny_model_dir, 0.05, 4e-4)
+    config = replace(CONFIG, latency_target_s=0.12)
+    chosen, curve = choose_max_batch(recognizer, config)
+    assert all(p["wall_s"] <= 0.12 for p in curve if p["batch"] == chosen)
+    assert chosen == 8  # 16 would take 0.16 s
+
+
+def test_build_engine_on_the_tiny_model(tiny_model_dir: Path) -> None:
+    config = EngineConfig(
+        model=str(tiny_model_dir),
+        backend=BackendOptions(precision="fp32"),
+        max_batch=None,
+        autotune_candidates=(1, 2, 4),
+    )
+    recognizer, scheduler, report = build_engine(config)
+    assert report.test_model
+    assert report.backend == "onnx-fp32-cpu"
+    assert report.max_batch in (1, 2, 4)
+    assert report.batch_curve[0]["batch"] == 1
+    assert report.memory_budget == 2 << 30
+    assert scheduler.config.max_batch == report.max_batch
+    assert report.cost_scale > 0
+    assert recognizer.backend.name == "onnx-fp32-cpu"
+
+
+def test_too_small_budget_refuses_to_start(tiny_model_dir: Path) -> None:
+    config = EngineConfig(
+        model=str(tiny_model_dir),
+        backend=BackendOptions(precision="fp32"),
+        max_batch=1,
+        memory_budget=1 << 16,
+    )
+    with pytest.raises(EngineError, match="memory-budget"):
+        build_engine(config)
