@@ -92,7 +92,7 @@ class Scheduler:
         self.config = config
         self.budget = budget
         self.cost = cost
-        self._frames_of = frames_of
+        self.frames_of = frames_of
         self._finals: list[_Queued] = []  # sorted by arrival
         self._partials: dict[Key, _Queued] = {}  # insertion order is arrival order
         self._retry: deque[tuple[InferenceRequest, ...]] = deque()
@@ -104,7 +104,7 @@ class Scheduler:
 
     def check_fits(self, max_samples: int) -> None:
         """Refuse to start when one maximum-length utterance cannot fit the budget."""
-        need = self.cost.bytes(1, self._frames_of(max_samples))
+        need = self.cost.bytes(1, self.frames_of(max_samples))
         if need > self.budget.total:
             raise EngineError(
                 f"one {max_samples / 16000:.0f} s utterance needs {need / 2**20:.0f} MiB but the "
@@ -206,7 +206,7 @@ class Scheduler:
 
     def _retry_batch(self, now: float) -> Batch | None:
         group = self._retry[0]
-        frames = max(self._frames_of(r.num_samples) for r in group)
+        frames = max(self.frames_of(r.num_samples) for r in group)
         allocation = self.budget.allocate(self.cost.bytes(len(group), frames))
         if allocation is None:
             return None
@@ -251,7 +251,7 @@ class Scheduler:
         retry: bool = False,
     ) -> Batch:
         requests.sort(key=lambda r: r.num_samples)
-        lengths = [self._frames_of(r.num_samples) for r in requests]
+        lengths = [self.frames_of(r.num_samples) for r in requests]
         frames = max(lengths)
         efficiency = sum(lengths) / (frames * len(lengths)) if frames else 1.0
         self.stats.batches += 1
@@ -267,7 +267,7 @@ class Scheduler:
 
     def _queued(self, request: InferenceRequest) -> _Queued:
         self._seq += 1
-        return _Queued(request.arrival, self._seq, request, self._frames_of(request.num_samples))
+        return _Queued(request.arrival, self._seq, request, self.frames_of(request.num_samples))
 
     def _oldest_arrival(self) -> float | None:
         candidates = []

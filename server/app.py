@@ -1,0 +1,268 @@
+"""The server application: start-up, routing, sessions, readiness and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from engine.async_engine import AsyncEngine
+from engine.builder import EngineConfig, EngineReport, build_engine
+from engine.metrics import EngineMetrics
+from engine.monitor import Monitor, load_nvml
+from server.config import ServerConfig
+from server.connection import Connection
+from server.http import json_response, response, static_file, text_response
+from streaming.partials import PartialPolicy
+from streaming.segmenter import SegmenterConfig
+from streaming.session import Session, SessionConfig
+from streaming.vad_types import VadConfig, VadModel
+
+log = logging.getLogger("sensestream.server")
+
+
+@dataclass
+class ServerMetrics:
+    """Server-side metrics in the app's registry."""
+
+    registry: CollectorRegistry
+    sessions: Gauge = field(init=False)
+    connections: Counter = field(init=False)
+    errors: Counter = field(init=False)
+    cold_start: Gauge = field(init=False)
+    loop_lag: Histogram = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.sessions = Gauge("server_sessions", "Open streaming sessions", registry=r)
+        self.connections = Counter("server_connections", "WebSocket sessions opened", registry=r)
+        self.errors = Counter("server_errors", "Client errors by code", ["code"], registry=r)
+        self.cold_start = Gauge("server_cold_start_seconds", "Load plus warm-up time", registry=r)
+        self.loop_lag = Histogram(
+            "server_event_loop_lag_seconds",
+            "How late a 100 ms timer fires on the event loop",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+
+    def protocol_error(self, code: str) -> None:
+        self.errors.labels(code).inc()
+
+
+def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
+    return SessionConfig(
+        vad=VadConfig(end_silence_ms=config.end_silence_ms),
+        segmenter=SegmenterConfig(
+            max_segment_ms=config.max_segment_ms,
+            min_speech_ms=config.min_speech_ms,
+            preroll_ms=config.preroll_ms,
+        ),
+        partials=PartialPolicy(
+            interval_ms=config.partial_interval_ms, adaptive=config.adaptive_partials
+        ),
+        model_name=report.model,
+        test_model=report.test_model,
+    )
+
+
+def make_vad(config: ServerConfig) -> VadModel:
+    if config.vad == "webrtc":
+        from streaming.vad_webrtc import WebrtcVadModel
+
+        return WebrtcVadModel()
+    from streaming.vad_fsmn import FsmnVadModel
+
+    return FsmnVadModel.from_package()
+
+
+class App:
+    """Owns the engine, the VAD weights, the sessions and the listening socket."""
+
+    def __init__(self, config: ServerConfig, engine_config: EngineConfig) -> None:
+        self.config = config
+        self.engine_config = engine_config
+        self.registry = CollectorRegistry()
+        self.metrics = ServerMetrics(self.registry)
+        self.monitor = Monitor(self.registry, load_nvml())
+        self.engine: AsyncEngine | None = None
+        self.report: EngineReport | None = None
+        self.vad: VadModel | None = None
+        self.sessions: dict[str, Connection] = {}
+        self.state = "starting"
+        self.server: Server | None = None
+        self.started = time.monotonic()
+        self._stop = asyncio.Event()
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
+        """Listen at once (health answers while loading), load, serve until shutdown."""
+        ssl_context = self._ssl_context()
+        async with serve(
+            self._handle,
+            self.config.host,
+            self.config.port,
+            process_request=self._process_request,
+            compression=None,  # PCM does not deflate; compression would only cost CPU
+            max_size=1 << 20,
+            ssl=ssl_context,
+        ) as server:
+            self.server = server
+            port = next(iter(server.sockets)).getsockname()[1]
+            log.info("listening on %s:%d", self.config.host, port)
+            if on_listening is not None:
+                on_listening(port)
+            lag = asyncio.create_task(self._watch_loop_lag())
+            try:
+                await self._load()
+                await self._stop.wait()
+                await self._drain()
+            finally:
+                lag.cancel()
+                if self.engine is not None:
+                    await self.engine.close(timeout=self.config.shutdown_timeout_s)
+
+    def request_shutdown(self) -> None:
+        """SIGTERM/SIGINT: stop taking sessions, finish the ones in flight, then exit."""
+        if self.state != "draining":
+            log.info("shutdown requested: draining %d session(s)", len(self.sessions))
+        self.state = "draining"
+        self._stop.set()
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        recognizer, scheduler, report = await asyncio.to_thread(build_engine, self.engine_config)
+        self.vad = await asyncio.to_thread(make_vad, self.config)
+        self.engine = AsyncEngine(recognizer, scheduler, EngineMetrics(self.registry))
+        self.engine.start()
+        self.report = report
+        self.metrics.cold_start.set(time.perf_counter() - started)
+        if self.state == "starting":
+            self.state = "ready"
+        log.info(
+            "ready in %.1f s: %s, max_batch %d, budget %d MiB",
+            time.perf_counter() - started,
+            report.backend,
+            report.max_batch,
+            report.memory_budget >> 20,
+        )
+        if report.test_model:
+            log.warning(RANDOM_WEIGHTS_BANNER)
+
+    async def _drain(self) -> None:
+        drains = [conn.drain() for conn in list(self.sessions.values())]
+        if drains:
+            _, pending = await asyncio.wait(
+                [asyncio.ensure_future(d) for d in drains], timeout=self.config.shutdown_timeout_s
+            )
+            if pending:
+                log.warning(
+                    "%d session(s) did not finish within the shutdown timeout", len(pending)
+                )
+        self.state = "stopped"
+
+    async def _watch_loop_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + 0.1
+            await asyncio.sleep(0.1)  # a timer, not a poll: its lateness is the measurement
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - expected))
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self.config.certfile is None or self.config.keyfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.config.certfile, self.config.keyfile)
+        return context
+
+    # ---- HTTP ---------------------------------------------------------------------
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == "/ws":
+            if self.state != "ready":
+                return text_response(503, f"server is {self.state}\n")
+            return None
+        routes: dict[str, Callable[[], Response]] = {
+            "/healthz": lambda: text_response(200, "ok\n"),
+            "/readyz": self._readyz,
+            "/metrics": self._metrics,
+            "/stats": lambda: json_response(200, self.stats()),
+        }
+        route = routes.get(path)
+        return route() if route is not None else static_file(path)
+
+    def _readyz(self) -> Response:
+        engine_ok = self.engine is not None and self.engine.healthy
+        if self.state == "ready" and engine_ok:
+            return text_response(200, "ready\n")
+        reason = self.state if self.state != "ready" else "engine unhealthy"
+        return text_response(503, f"not ready: {reason}\n")
+
+    def _metrics(self) -> Response:
+        self.monitor.snapshot()
+        if self.engine is not None:
+            self.engine.metrics.queued.set(self.engine.scheduler.queued)
+        return response(200, generate_latest(self.registry), "text/plain; version=0.0.4")
+
+    def stats(self) -> dict[str, Any]:
+        """JSON for /stats and the web client's engine panel."""
+        engine = self.engine
+        out: dict[str, Any] = {
+            "state": self.state,
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "sessions": len(self.sessions),
+            "test_model": bool(self.report and self.report.test_model),
+            "engine": self.report.to_dict() if self.report else None,
+            "process": self.monitor.snapshot(),
+        }
+        if engine is not None:
+            sched = engine.scheduler
+            st = sched.stats
+            out["queue"] = {"depth": sched.queued, "partials_dropped": st.partials_dropped}
+            out["batches"] = {
+                "count": st.batches,
+                "max_batch": sched.config.max_batch,
+                "mean_padding_efficiency": round(st.padding_efficiency_sum / max(st.batches, 1), 3),
+                "oom_splits": st.oom_splits,
+            }
+            out["memory"] = {
+                "budget_bytes": sched.budget.total,
+                "in_use_bytes": sched.budget.in_use,
+            }
+            out["healthy"] = engine.healthy
+        return out
+
+    # ---- WebSocket ----------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        if self.engine is None or self.vad is None or self.report is None:
+            await ws.close(1013, "not ready")
+            return
+        session_id = uuid.uuid4().hex[:12]
+        session = Session(session_id, session_config(self.config, self.report), self.vad)
+        conn = Connection(ws, session, self.engine, self.metrics)
+        self.sessions[session_id] = conn
+        self.metrics.connections.inc()
+        self.metrics.sessions.set(len(self.sessions))
+        try:
+            await conn.run()
+        finally:
+            self.sessions.pop(session_id, None)
+            self.metrics.sessions.set(len(self.sessions))
+
+
+RANDOM_WEIGHTS_BANNER = """
+################################################################################
+#  RANDOM WEIGHTS: this server runs a TEST model built by make_test_model.py.   #
+#  Transcripts are meaningless. Pass --model with real SenseVoiceSmall weights. #
+################################################################################"""

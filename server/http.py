@@ -1,0 +1,49 @@
+"""Plain HTTP responses on the WebSocket port: static files, health, readiness, metrics, stats."""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+WEB_ROOT = Path(__file__).resolve().parent.parent / "web_client"
+
+
+def response(
+    status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
+) -> Response:
+    """A complete HTTP/1.1 response that closes the connection."""
+    headers = Headers()
+    headers["Content-Type"] = content_type
+    headers["Content-Length"] = str(len(body))
+    headers["Cache-Control"] = "no-store"
+    headers["Connection"] = "close"
+    for key, value in (extra or {}).items():
+        headers[key] = value
+    return Response(status, HTTPStatus(status).phrase, headers, body)
+
+
+def json_response(status: int, payload: Any) -> Response:
+    body = json.dumps(payload, ensure_ascii=False, indent=1).encode()
+    return response(status, body, "application/json; charset=utf-8")
+
+
+def text_response(status: int, text: str) -> Response:
+    return response(status, text.encode(), "text/plain; charset=utf-8")
+
+
+def static_file(path: str, root: Path = WEB_ROOT) -> Response:
+    """A file from the web client, never outside it."""
+    relative = "index.html" if path in ("", "/") else path.lstrip("/")
+    target = (root / relative).resolve()
+    if not target.is_relative_to(root.resolve()) or not target.is_file():
+        return text_response(404, f"not found: {path}\n")
+    content_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    if content_type.startswith("text/") or content_type.endswith("javascript"):
+        content_type += "; charset=utf-8"
+    return response(200, target.read_bytes(), content_type)
