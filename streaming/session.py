@@ -118,7 +118,6 @@ class Session:
         message = parse_client_text(text)
         if isinstance(message, StopMessage):
             self._require_open("stop")
-            self._ensure_started()
             self.end_of_stream(now)
             return
         if self._start is not None:
@@ -155,9 +154,9 @@ class Session:
         if self._stopped:
             return
         self._stopped = True
-        decoder = self._ensure_started()
-        self._ring.write(decoder.flush())
-        self._run_blocks(now)
+        if self._decoder is not None:
+            self._ring.write(self._decoder.flush())
+            self._run_blocks(now)
         if self._ring.end > self._fed:
             self._feed_vad(self._ring.end, now, final=True)
         for event in self._segmenter.finish(self._fed):
