@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from streaming.blocks import Reblocker, as_mono_float
 from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 
 FloatArray = npt.NDArray[np.float32]
@@ -217,16 +218,6 @@ class _FrameHistory:
             self._offset += count
 
 
-def _as_audio(samples: npt.ArrayLike) -> FloatArray:
-    """Validate one chunk of mono float samples."""
-    audio = np.asarray(samples, dtype=np.float32)
-    if audio.ndim != 1:
-        raise ValueError(f"VAD input must be 1-D mono samples; got shape {audio.shape}")
-    if not np.isfinite(audio).all():
-        raise ValueError("VAD input contains NaN or infinite samples")
-    return audio
-
-
 class FsmnVadStream:
     """One session's FSMN-VAD state: frontend caches, FSMN memory and funasr's endpointer."""
 
@@ -252,8 +243,7 @@ class FsmnVadStream:
         self._frame_window = frame_window
         # Stream samples from the first frame not yet scored (a few hundred ms at most).
         self._unscored = np.zeros(0, dtype=np.float32)
-        self._pending = np.zeros(BLOCK_SAMPLES, dtype=np.float32)
-        self._filled = 0
+        self._blocks = Reblocker(BLOCK_SAMPLES)
         self._processed = 0
         self._in_speech = False
         self._last_sample = 0
@@ -263,17 +253,10 @@ class FsmnVadStream:
         """Feed float32 16 kHz samples in [-1, 1]; return the boundaries decided so far."""
         if self._closed:
             raise RuntimeError("accept() after flush(): the stream has ended")
-        audio = _as_audio(samples)
+        audio = as_mono_float(samples)
         events: list[VadEvent] = []
-        start = 0
-        while start < audio.size:
-            take = min(BLOCK_SAMPLES - self._filled, audio.size - start)
-            self._pending[self._filled : self._filled + take] = audio[start : start + take]
-            self._filled += take
-            start += take
-            if self._filled == BLOCK_SAMPLES:
-                self._filled = 0
-                events.extend(self._run(self._pending.copy()))
+        for block in self._blocks.feed(audio):
+            events.extend(self._run(block))
         return events
 
     def flush(self) -> list[VadEvent]:
@@ -283,7 +266,8 @@ class FsmnVadStream:
         self._closed = True
         # funasr's is_final path loops in Python over every sample the stream ever saw (178 ms
         # after 8 minutes of audio), so the tail takes the ordinary path and we close here.
-        events = self._run(self._pending[: self._filled].copy()) if self._filled else []
+        rest = self._blocks.take_rest()
+        events = self._run(rest) if rest.size else []
         if self._in_speech:
             self._in_speech = False
             events.append(VadEvent(VadEventKind.SPEECH_END, self._processed))

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streaming.blocks import Reblocker, as_mono_float
 from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 
 FloatArray = npt.NDArray[np.float32]
@@ -59,16 +60,6 @@ class WebrtcVadModel:
         return WebrtcVadStream(detector, self.settings, config.end_silence_ms)
 
 
-def _as_audio(samples: npt.ArrayLike) -> FloatArray:
-    """Validate one chunk of mono float samples."""
-    audio = np.asarray(samples, dtype=np.float32)
-    if audio.ndim != 1:
-        raise ValueError(f"VAD input must be 1-D mono samples; got shape {audio.shape}")
-    if not np.isfinite(audio).all():
-        raise ValueError("VAD input contains NaN or infinite samples")
-    return audio
-
-
 class WebrtcVadStream:
     """One session's WebRTC VAD: 30 ms frames, a voiced-frame ring to start, silence to end."""
 
@@ -78,8 +69,7 @@ class WebrtcVadStream:
         self._end_frames = math.ceil(end_silence_ms / FRAME_MS)
         # Start sample of each recent frame when voiced, else None.
         self._ring: deque[int | None] = deque(maxlen=settings.ring_frames)
-        self._pending = np.zeros(FRAME_SAMPLES, dtype=np.float32)
-        self._filled = 0
+        self._blocks = Reblocker(FRAME_SAMPLES)
         self._processed = 0
         self._in_speech = False
         self._unvoiced_run = 0
@@ -90,19 +80,12 @@ class WebrtcVadStream:
         """Feed float32 16 kHz samples in [-1, 1]; return the boundaries decided so far."""
         if self._closed:
             raise RuntimeError("accept() after flush(): the stream has ended")
-        audio = _as_audio(samples)
+        audio = as_mono_float(samples)
         events: list[VadEvent] = []
-        start = 0
-        while start < audio.size:
-            take = min(FRAME_SAMPLES - self._filled, audio.size - start)
-            self._pending[self._filled : self._filled + take] = audio[start : start + take]
-            self._filled += take
-            start += take
-            if self._filled == FRAME_SAMPLES:
-                self._filled = 0
-                event = self._frame(self._pending)
-                if event is not None:
-                    events.append(event)
+        for frame in self._blocks.feed(audio):
+            event = self._frame(frame)
+            if event is not None:
+                events.append(event)
         return events
 
     def flush(self) -> list[VadEvent]:
@@ -113,7 +96,7 @@ class WebrtcVadStream:
         if not self._in_speech:
             return []
         self._in_speech = False
-        return [VadEvent(VadEventKind.SPEECH_END, self._processed + self._filled)]
+        return [VadEvent(VadEventKind.SPEECH_END, self._processed + self._blocks.pending)]
 
     def _frame(self, frame: FloatArray) -> VadEvent | None:
         """Classify one 30 ms frame and advance the start/end hysteresis."""
