@@ -111,6 +111,7 @@ class Monitor:
             "rss_bytes": rss,
             "cpu_percent": self._process.cpu_percent(interval=None),
             "threads": self._process.num_threads(),
+            "open_fds": self._process.num_fds(),
             "gpus": [asdict(g) for g in gpus],
             "torch_cuda": torch_memory(),
         }

@@ -84,7 +84,9 @@ async def stream_one(path: Path, args: argparse.Namespace, live: TextIO | None) 
     except AudioError as exc:
         result.errors.append({"code": exc.code, "message": str(exc)})
         return result
-    start = {"type": "start", "language": args.language, "itn": args.itn}
+    # Faster than real time is a replay; the server holds live streams to about real time.
+    pace = "live" if 0 < args.speed <= 1.5 else "replay"
+    start = {"type": "start", "language": args.language, "itn": args.itn, "pace": pace}
     try:
         async with connect(args.url, max_size=1 << 22, compression=None) as ws:
             await ws.send(json.dumps(start))

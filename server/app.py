@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -19,15 +20,20 @@ from engine.async_engine import AsyncEngine
 from engine.builder import EngineConfig, EngineReport, build_engine
 from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, load_nvml
+from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ServerConfig
 from server.connection import Connection
-from server.http import json_response, response, static_file, text_response
+from server.http import json_response, response, static_file, text_response, unauthorized
+from streaming.errors import ServerFullError
+from streaming.limits import SessionLimits
+from streaming.messages import ErrorEvent, dump_event
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadConfig, VadModel
 
 log = logging.getLogger("sensestream.server")
+OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/stats"})
 
 
 @dataclass
@@ -69,6 +75,14 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
         partials=PartialPolicy(
             interval_ms=config.partial_interval_ms, adaptive=config.adaptive_partials
         ),
+        limits=SessionLimits(
+            max_frame_bytes=config.max_frame_bytes,
+            max_text_bytes=config.max_text_bytes,
+            max_rate=config.max_rate,
+            max_replay_rate=config.max_replay_rate,
+            max_session_s=config.max_session_s,
+            idle_timeout_s=config.idle_timeout_s,
+        ),
         model_name=report.model,
         test_model=report.test_model,
     )
@@ -97,6 +111,8 @@ class App:
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
+        self.keys = load_keys(config.api_keys, config.api_keys_file)
+        self._per_ip: dict[str, int] = {}
         self.state = "starting"
         self.server: Server | None = None
         self.started = time.monotonic()
@@ -106,30 +122,45 @@ class App:
 
     async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Listen at once (health answers while loading), load, serve until shutdown."""
-        ssl_context = self._ssl_context()
-        async with serve(
-            self._handle,
-            self.config.host,
-            self.config.port,
-            process_request=self._process_request,
-            compression=None,  # PCM does not deflate; compression would only cost CPU
-            max_size=1 << 20,
-            ssl=ssl_context,
-        ) as server:
+        async with contextlib.AsyncExitStack() as stack:
+            server = await stack.enter_async_context(
+                serve(
+                    self._handle,
+                    self.config.host,
+                    self.config.port,
+                    process_request=self._process_request,
+                    compression=None,  # PCM does not deflate; compression would only cost CPU
+                    # A hard cap for the library; our own limits answer with an error event.
+                    max_size=4 * max(self.config.max_frame_bytes, self.config.max_text_bytes),
+                    ssl=self._ssl_context(),
+                )
+            )
+            if self.config.metrics_port is not None:
+                ops = await stack.enter_async_context(self._ops_listener())
+                ops_port = next(iter(ops.sockets)).getsockname()[1]
+                log.info("operational endpoints on %s:%d", self.config.host, ops_port)
             self.server = server
             port = next(iter(server.sockets)).getsockname()[1]
             log.info("listening on %s:%d", self.config.host, port)
             if on_listening is not None:
                 on_listening(port)
-            lag = asyncio.create_task(self._watch_loop_lag())
-            try:
-                await self._load()
-                await self._stop.wait()
-                await self._drain()
-            finally:
-                lag.cancel()
-                if self.engine is not None:
-                    await self.engine.close(timeout=self.config.shutdown_timeout_s)
+            await self._run_until_stopped()
+
+    def _ops_listener(self) -> Server:
+        """/metrics, /stats and health on their own address, e.g. a private interface."""
+        port = self.config.metrics_port or 0
+        return serve(_refuse, self.config.host, port, process_request=self._process_ops_request)
+
+    async def _run_until_stopped(self) -> None:
+        lag = asyncio.create_task(self._watch_loop_lag())
+        try:
+            await self._load()
+            await self._stop.wait()
+            await self._drain()
+        finally:
+            lag.cancel()
+            if self.engine is not None:
+                await self.engine.close(timeout=self.config.shutdown_timeout_s)
 
     def request_shutdown(self) -> None:
         """SIGTERM/SIGINT: stop taking sessions, finish the ones in flight, then exit."""
@@ -189,17 +220,41 @@ class App:
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path == "/ws":
-            if self.state != "ready":
-                return text_response(503, f"server is {self.state}\n")
-            return None
-        routes: dict[str, Callable[[], Response]] = {
-            "/healthz": lambda: text_response(200, "ok\n"),
-            "/readyz": self._readyz,
-            "/metrics": self._metrics,
-            "/stats": lambda: json_response(200, self.stats()),
-        }
-        route = routes.get(path)
-        return route() if route is not None else static_file(path)
+            return self._admit_websocket(request)
+        if path in OPS_PATHS and self.config.metrics_port is None:
+            return self._ops_route(path, request)
+        return static_file(path)
+
+    def _process_ops_request(self, connection: ServerConnection, request: Request) -> Response:
+        """The separate metrics listener answers only the operational routes."""
+        path = request.path.split("?", 1)[0]
+        if path in OPS_PATHS:
+            return self._ops_route(path, request)
+        return text_response(404, "not found\n")
+
+    def _admit_websocket(self, request: Request) -> Response | None:
+        if not origin_allowed(request, self.config.origins):
+            return text_response(403, "origin not allowed\n")
+        if self.keys and not key_matches(presented_token(request), self.keys):
+            self.metrics.protocol_error("unauthorized")
+            return unauthorized("missing or wrong API key")
+        if self.state != "ready":
+            return text_response(503, f"server is {self.state}\n")
+        return None
+
+    def _ops_route(self, path: str, request: Request) -> Response:
+        guarded = path in ("/metrics", "/stats") and self.config.protect_metrics and self.keys
+        if guarded and not key_matches(presented_token(request), self.keys):
+            return response(
+                401, b"API key required\n", "text/plain", {"WWW-Authenticate": "Bearer"}
+            )
+        if path == "/healthz":
+            return text_response(200, "ok\n")
+        if path == "/readyz":
+            return self._readyz()
+        if path == "/metrics":
+            return self._metrics()
+        return json_response(200, self.stats())
 
     def _readyz(self) -> Response:
         engine_ok = self.engine is not None and self.engine.healthy
@@ -221,6 +276,7 @@ class App:
             "state": self.state,
             "uptime_s": round(time.monotonic() - self.started, 1),
             "sessions": len(self.sessions),
+            "asyncio_tasks": len(asyncio.all_tasks()),
             "test_model": bool(self.report and self.report.test_model),
             "engine": self.report.to_dict() if self.report else None,
             "process": self.monitor.snapshot(),
@@ -248,17 +304,51 @@ class App:
         if self.engine is None or self.vad is None or self.report is None:
             await ws.close(1013, "not ready")
             return
+        refusal = self._over_capacity(ws)
+        if refusal is not None:
+            self.metrics.protocol_error(refusal.code)
+            await ws.send(dump_event(ErrorEvent(refusal.code, refusal.message)))
+            await ws.close(refusal.close_code, "try again later")
+            return
         session_id = uuid.uuid4().hex[:12]
         session = Session(session_id, session_config(self.config, self.report), self.vad)
-        conn = Connection(ws, session, self.engine, self.metrics)
+        conn = Connection(
+            ws,
+            session,
+            self.engine,
+            self.metrics,
+            max_pending_events=self.config.max_pending_events,
+            idle_timeout_s=self.config.idle_timeout_s,
+        )
         self.sessions[session_id] = conn
+        self._per_ip[_peer(ws)] = self._per_ip.get(_peer(ws), 0) + 1
         self.metrics.connections.inc()
         self.metrics.sessions.set(len(self.sessions))
         try:
             await conn.run()
         finally:
             self.sessions.pop(session_id, None)
+            left = self._per_ip.pop(_peer(ws), 1) - 1
+            if left:
+                self._per_ip[_peer(ws)] = left
             self.metrics.sessions.set(len(self.sessions))
+
+    def _over_capacity(self, ws: ServerConnection) -> ServerFullError | None:
+        if len(self.sessions) >= self.config.max_sessions:
+            return ServerFullError(f"server is at its limit of {self.config.max_sessions} sessions")
+        if self._per_ip.get(_peer(ws), 0) >= self.config.max_sessions_per_ip:
+            limit = self.config.max_sessions_per_ip
+            return ServerFullError(f"this address already has {limit} sessions open")
+        return None
+
+
+async def _refuse(ws: ServerConnection) -> None:
+    await ws.close(1008, "no WebSocket on the operational port")
+
+
+def _peer(ws: ServerConnection) -> str:
+    address = ws.remote_address
+    return str(address[0]) if address else "unknown"
 
 
 RANDOM_WEIGHTS_BANNER = """

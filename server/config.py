@@ -48,6 +48,22 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
     log_level: str = "info"
+    # Limits
+    max_sessions: int = 256
+    max_sessions_per_ip: int = 32
+    max_frame_bytes: int = 256 * 1024
+    max_text_bytes: int = 4096
+    max_rate: float = 2.0
+    max_replay_rate: float = 200.0
+    max_session_s: float = 4 * 3600.0
+    idle_timeout_s: float = 30.0
+    max_pending_events: int = 256
+    # Access
+    api_keys: str | None = None
+    api_keys_file: str | None = None
+    allowed_origins: str | None = None
+    protect_metrics: bool = False
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -60,6 +76,10 @@ class ServerConfig:
             parse_size(self.memory_budget)
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both certfile and keyfile")
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        return tuple(o.strip() for o in (self.allowed_origins or "").split(",") if o.strip())
 
     @property
     def max_batch_value(self) -> int | None:

@@ -18,7 +18,13 @@ from websockets.protocol import State
 from engine.async_engine import AsyncEngine
 from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
-from streaming.errors import CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY_VIOLATION, ProtocolError
+from streaming.errors import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    ProtocolError,
+    SessionLimitError,
+)
 from streaming.messages import End, ErrorEvent, dump_event
 from streaming.session import Session
 
@@ -40,7 +46,9 @@ class Connection:
         session: Session,
         engine: AsyncEngine,
         stats: ConnectionStats,
+        *,
         max_pending_events: int = 256,
+        idle_timeout_s: float = 30.0,
     ) -> None:
         self.ws = ws
         self.session = session
@@ -49,6 +57,7 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._channel = engine.open_session(session.session_id)
         self._outbox = Outbox(max_pending_events)
+        self._idle_timeout_s = idle_timeout_s
         self._going_away = False
         self._done = asyncio.Event()
 
@@ -84,23 +93,33 @@ class Connection:
         return reader.done() and self.ws.state in (State.CLOSING, State.CLOSED)
 
     async def _read(self) -> None:
-        try:
-            async for message in self.ws:
-                now = self._loop.time()
-                try:
-                    if isinstance(message, bytes):
-                        self.session.receive_audio(message, now)
-                    else:
-                        self.session.receive_text(message, now)
-                except ProtocolError as exc:
-                    self._stats.protocol_error(exc.code)
-                    log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
-                    self.session.abort(exc, now)
-                    self._pump()
-                    return
-                self._pump()
-        except ConnectionClosed:
-            return
+        while True:
+            # Idle clients are timed out; once stopped, the client only waits for finals.
+            timeout = None if self.session.stopped else self._idle_timeout_s
+            try:
+                message = await asyncio.wait_for(self.ws.recv(), timeout)
+            except TimeoutError:
+                self._fail(SessionLimitError(f"no audio for {timeout:.0f} s"))
+                return
+            except ConnectionClosed:
+                return
+            now = self._loop.time()
+            try:
+                if isinstance(message, bytes):
+                    self.session.receive_audio(message, now)
+                else:
+                    self.session.receive_text(message, now)
+            except ProtocolError as exc:
+                self._fail(exc)
+                return
+            self._pump()
+
+    def _fail(self, exc: ProtocolError) -> None:
+        """Report a client error; the session still delivers the finals it owes."""
+        self._stats.protocol_error(exc.code)
+        log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
+        self.session.abort(exc, self._loop.time())
+        self._pump()
 
     async def _results(self) -> None:
         while True:

@@ -47,3 +47,9 @@ def static_file(path: str, root: Path = WEB_ROOT) -> Response:
     if content_type.startswith("text/") or content_type.endswith("javascript"):
         content_type += "; charset=utf-8"
     return response(200, target.read_bytes(), content_type)
+
+
+def unauthorized(message: str) -> Response:
+    return response(
+        401, f"{message}\n".encode(), "text/plain; charset=utf-8", {"WWW-Authenticate": "Bearer"}
+    )

@@ -64,3 +64,31 @@ class AudioOverwrittenError(Exception):
     """A ring-buffer read reached audio that has already been overwritten (a bug or lag)."""
 
     code = "audio_overwritten"
+
+
+class FrameTooLargeError(ProtocolError):
+    """A binary or text frame over the configured size."""
+
+    code = "frame_too_large"
+    close_code = CLOSE_MESSAGE_TOO_BIG
+
+
+class RateExceededError(ProtocolError):
+    """Audio arriving faster than the allowed multiple of real time."""
+
+    code = "rate_exceeded"
+    close_code = CLOSE_POLICY_VIOLATION
+
+
+class SessionLimitError(ProtocolError):
+    """The session ran past its maximum duration, or sent nothing for too long."""
+
+    code = "session_limit"
+    close_code = CLOSE_POLICY_VIOLATION
+
+
+class ServerFullError(ProtocolError):
+    """Too many sessions, on the server or from one address: try again later."""
+
+    code = "server_full"
+    close_code = CLOSE_TRY_AGAIN_LATER

@@ -27,6 +27,7 @@ class StartMessage:
     emotion: bool = True
     event: bool = True
     timestamps: bool = True
+    pace: str = "live"
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in START_FIELDS}
@@ -49,10 +50,13 @@ START_FIELDS: Mapping[str, type] = {
     "emotion": bool,
     "event": bool,
     "timestamps": bool,
+    "pace": str,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     # nospeech is a model prompt, not a language a client may ask for.
     "language": LANGUAGES[:-1],
+    # A live client is held to real time (with a burst); a replay may go much faster.
+    "pace": ("live", "replay"),
 }
 
 

@@ -21,6 +21,7 @@ from engine.types import (
 )
 from streaming.audio import AudioDecoder, AudioFormat
 from streaming.errors import ProtocolError, StateError
+from streaming.limits import RateMeter, SessionLimits
 from streaming.messages import (
     End,
     ErrorEvent,
@@ -48,6 +49,7 @@ class SessionConfig:
     partials: PartialPolicy = field(default_factory=PartialPolicy)
     block_ms: int = 100
     buffer_margin_ms: int = 10_000
+    limits: SessionLimits = field(default_factory=SessionLimits)
     model_name: str = ""
     test_model: bool = False
 
@@ -99,6 +101,7 @@ class Session:
         self._vad_model = vad_model
         self._start: StartMessage | None = None
         self._decoder: AudioDecoder | None = None
+        self._meter = RateMeter(config.limits.max_rate, 0.0, config.limits.max_session_s)
         self._ring = RingBuffer(config.buffer_samples)
         self._vad = vad_model.new_stream(config.vad)
         self._segmenter = Segmenter(config.segmenter)
@@ -115,6 +118,10 @@ class Session:
 
     def receive_text(self, text: str, now: float) -> None:
         """Handle a text frame; raises ProtocolError for anything protocol v1 forbids."""
+        limit = self._config.limits.max_text_bytes
+        self._config.limits.check_frame(
+            len(text) if len(text) > limit else len(text.encode()), binary=False
+        )
         message = parse_client_text(text)
         if isinstance(message, StopMessage):
             self._require_open("stop")
@@ -127,8 +134,11 @@ class Session:
     def receive_audio(self, data: bytes, now: float) -> None:
         """Handle a binary frame of audio in the session's format."""
         self._require_open("audio")
+        self._config.limits.check_frame(len(data), binary=True)
         decoder = self._ensure_started()
-        self._ring.write(decoder.decode(data))
+        samples = decoder.decode(data)
+        self._meter.admit(len(samples), now)
+        self._ring.write(samples)
         self._run_blocks(now)
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
@@ -186,6 +196,11 @@ class Session:
         return self._end_sent
 
     @property
+    def stopped(self) -> bool:
+        """No more client input is accepted (stop, abort or shutdown)."""
+        return self._stopped
+
+    @property
     def owed_finals(self) -> int:
         return len(self._owed)
 
@@ -203,6 +218,9 @@ class Session:
         fmt = AudioFormat(start.encoding, start.sample_rate, start.channels)
         self._start = start
         self._decoder = AudioDecoder(fmt)
+        limits = self._config.limits
+        rate = limits.max_replay_rate if start.pace == "replay" else limits.max_rate
+        self._meter = RateMeter(rate, limits.burst_s, limits.max_session_s)
         config = self._config
         ready = Ready(self.session_id, start.to_dict(), config.model_name, config.test_model)
         self._events.append(ready)

@@ -32,10 +32,35 @@ async def run_session(
     speed: float = 0.0,
     stop: bool = True,
     extra: list[bytes | str] | None = None,
+    headers: dict[str, str] | None = None,
+    pace: str | None = "auto",
+    linger: float = 120.0,
 ) -> Outcome:
-    """Stream s16le audio (at `speed` x real time; 0 = flat out) and collect every event."""
+    """Stream s16le audio (at `speed` x real time; 0 = flat out) and collect every event.
+
+    With `pace="auto"` a faster-than-real-time stream announces itself as a replay (live
+    clients are held to 2x with a burst). `linger` bounds the whole session.
+    """
+    return await asyncio.wait_for(
+        _session(url, audio, start, chunk, speed, stop, extra, headers, pace), linger
+    )
+
+
+async def _session(
+    url: str,
+    audio: bytes,
+    start: dict[str, Any] | None,
+    chunk: int,
+    speed: float,
+    stop: bool,
+    extra: list[bytes | str] | None,
+    headers: dict[str, str] | None,
+    pace: str | None,
+) -> Outcome:
     outcome = Outcome()
-    async with connect(url, compression=None, max_size=1 << 22) as ws:
+    if pace == "auto" and (speed == 0 or speed > 1.5):
+        start = {**(start or {"type": "start"}), "pace": "replay"}
+    async with connect(url, compression=None, max_size=1 << 22, additional_headers=headers) as ws:
         if start is not None:
             await ws.send(json.dumps(start))
 

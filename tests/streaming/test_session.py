@@ -18,6 +18,7 @@ from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import EnergyVadModel, answer
 
 SR = 16000
+BYTES_PER_S = 2 * SR  # s16le mono
 
 
 def tone_bursts(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarray:
@@ -38,7 +39,7 @@ def run(session: Session, data: bytes, chunk: int, answer_now: bool = True) -> l
     """Feed audio in `chunk`-byte frames, answer requests at once, stop; return events."""
     events: list = []
     for i, piece in enumerate(chunks(data, chunk)):
-        session.receive_audio(piece, now=i * 0.01)
+        session.receive_audio(piece, now=i * chunk / BYTES_PER_S)  # a real-time fake clock
         serve(session, answer_now)
         events += session.events_to_send()
     session.receive_text('{"type":"stop"}', now=99.0)
@@ -91,10 +92,10 @@ def test_chunking_does_not_change_requests(chunk: int) -> None:
 
 def collect_requests(session: Session, data: bytes, chunk: int) -> list[InferenceRequest]:
     out: list[InferenceRequest] = []
-    for piece in chunks(data, chunk):
-        session.receive_audio(piece, now=0.0)
+    for i, piece in enumerate(chunks(data, chunk)):
+        session.receive_audio(piece, now=i * chunk / BYTES_PER_S)
         out += session.requests_to_submit()
-    session.end_of_stream(now=1.0)
+    session.end_of_stream(now=len(data) / BYTES_PER_S)
     return out + session.requests_to_submit()
 
 
@@ -139,8 +140,8 @@ def test_partials_arrive_during_speech_and_late_ones_are_dropped() -> None:
     audio = tone_bursts([(0.2, 3.0)], 4.0)
     session = make_session(partials=PartialPolicy(interval_ms=400, adaptive=False))
     held: list[InferenceRequest] = []
-    for piece in chunks(to_s16le(audio), 3200):
-        session.receive_audio(piece, now=0.0)
+    for i, piece in enumerate(chunks(to_s16le(audio), 3200)):
+        session.receive_audio(piece, now=i * 0.1)
         held += session.requests_to_submit()
     partial_reqs = [r for r in held if r.kind is RequestKind.PARTIAL]
     final_reqs = [r for r in held if r.kind is RequestKind.FINAL]

@@ -40,6 +40,7 @@ def stream(
     chunk: int,
     start: str | None = None,
     config: SessionConfig | None = None,
+    bytes_per_s: int = 32000,
 ) -> tuple[list[InferenceRequest], list[Final]]:
     """Feed a whole stream, answering every request; return all requests and the finals."""
     session = Session("t", config or SessionConfig(), vad)
@@ -47,8 +48,8 @@ def stream(
         session.receive_text(start, now=0.0)
     requests: list[InferenceRequest] = []
     events = []
-    for piece in chunks(data, chunk):
-        session.receive_audio(piece, now=0.0)
+    for i, piece in enumerate(chunks(data, chunk)):
+        session.receive_audio(piece, now=i * chunk / bytes_per_s)  # a real-time fake clock
         for r in session.requests_to_submit():
             requests.append(r)
             session.receive_result(answer(r), now=0.0)
@@ -128,8 +129,8 @@ def test_telephone_and_studio_formats_give_the_same_segments(
     )
     tel = '{"type":"start","sample_rate":8000,"encoding":"mulaw"}'
     studio = '{"type":"start","sample_rate":48000,"encoding":"pcm_f32le","channels":2}'
-    _, tel_finals = stream(fsmn, mulaw, 160, tel)
-    _, studio_finals = stream(fsmn, f32, 9600, studio)
+    _, tel_finals = stream(fsmn, mulaw, 160, tel, bytes_per_s=8000)
+    _, studio_finals = stream(fsmn, f32, 9600, studio, bytes_per_s=48000 * 2 * 4)
     _, plain_finals = stream(fsmn, to_s16le(signal), 3200)
     assert len(tel_finals) == len(studio_finals) == len(plain_finals) == 3
     for a, b in zip(tel_finals, plain_finals, strict=True):

@@ -1,0 +1,52 @@
+"""API keys (Bearer header or ?token=) compared in constant time, and the Origin allowlist."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.http11 import Request
+
+
+def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
+    """Keys from a comma-separated option and/or a file with one key per line (# comments)."""
+    keys = [k.strip() for k in (inline or "").split(",") if k.strip()]
+    if key_file:
+        for line in Path(key_file).read_text(encoding="utf-8").splitlines():
+            key = line.split("#", 1)[0].strip()
+            if key:
+                keys.append(key)
+    if any(len(k) < 16 for k in keys):
+        raise ValueError("API keys must be at least 16 characters")
+    return tuple(k.encode() for k in keys)
+
+
+def presented_token(request: Request) -> bytes | None:
+    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip().encode()
+    tokens = parse_qs(urlsplit(request.path).query).get("token")
+    return tokens[0].encode() if tokens else None
+
+
+def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
+    """Compare against every key without stopping early, so timing reveals nothing."""
+    if token is None:
+        return False
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(token, key)
+    return found
+
+
+def origin_allowed(request: Request, allowed: tuple[str, ...]) -> bool:
+    """No allowlist means any origin; otherwise a browser's Origin header must be listed.
+
+    Non-browser clients send no Origin; they are held to the API key instead.
+    """
+    origin = request.headers.get("Origin")
+    return not allowed or origin is None or origin in allowed

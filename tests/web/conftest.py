@@ -1,0 +1,141 @@
+"""Browser fixtures: Debian's chromium driven by Playwright, a real server, a fake microphone.
+
+Chromium plays `fake_mic_wav` (three espeak-ng sentences, looped) as its microphone, so
+the page's real getUserMedia -> AudioWorklet -> WebSocket path runs end to end against
+`python -m server` with the tiny random-weight model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.server.conftest import REPO, ServerProcess
+from tests.speech import Clip, three_sentences
+
+CHROMIUM = Path(os.environ.get("SENSESTREAM_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = REPO / "test-artifacts" / "web"
+SKIP_ENV = "SENSESTREAM_SKIP_BROWSER"
+
+
+def require_browser() -> None:
+    """Fail (not skip) without the browser or Playwright: CI installs both."""
+    if os.environ.get(SKIP_ENV) == "1":
+        pytest.skip(f"{SKIP_ENV}=1")
+    missing = []
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("the playwright Python package: pip install -e '.[dev]'")
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM}: apt-get install chromium (or set SENSESTREAM_CHROMIUM)")
+    if missing:
+        pytest.fail(
+            "browser tests need " + "; ".join(missing) + f". Set {SKIP_ENV}=1 to skip them.",
+            pytrace=False,
+        )
+
+
+@dataclass
+class PageLog:
+    """Everything the page printed, and every uncaught exception."""
+
+    messages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def on_console(self, message: Any) -> None:
+        line = f"{message.type}: {message.text}"
+        self.messages.append(line)
+        if message.type == "error":
+            self.errors.append(line)
+
+    def on_page_error(self, error: Any) -> None:
+        self.errors.append(f"uncaught: {error}")
+
+
+@dataclass
+class WebPage:
+    page: Any  # playwright.sync_api.Page
+    log: PageLog
+    base_url: str
+
+    def open(self) -> None:
+        self.page.goto(self.base_url + "/")
+        self.page.wait_for_function("document.body.dataset.mode === 'idle'")
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@pytest.fixture(scope="session")
+def fake_mic_wav(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three sentences with 1.5 s gaps as a 16-bit wav; chromium loops it as the mic."""
+    path = tmp_path_factory.mktemp("web") / "fake-mic.wav"
+    sf.write(path, three_sentences(speech_clips), 16000, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="session")
+def short_wav(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One sentence with half a second of silence either side, at 44.1 kHz stereo."""
+    import soxr
+
+    edge = np.zeros(8000, np.float32)
+    mono = soxr.resample(np.concatenate([edge, speech_clips[1].audio, edge]), 16000, 44100)
+    path = tmp_path_factory.mktemp("web") / "short.wav"
+    sf.write(path, np.stack([mono, mono], axis=1), 44100, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def web_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    require_browser()
+    proc = ServerProcess(tiny_model_dir)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(fake_mic_wav: Path) -> Iterator[Any]:
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--no-sandbox",  # CI runs as root
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={fake_mic_wav}",
+                "--autoplay-policy=no-user-gesture-required",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def web(browser: Any, web_server: ServerProcess) -> Iterator[WebPage]:
+    base_url = f"http://127.0.0.1:{web_server.port}"
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 820}, accept_downloads=True, base_url=base_url
+    )
+    context.grant_permissions(["microphone"], origin=base_url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    log = PageLog()
+    page.on("console", log.on_console)
+    page.on("pageerror", log.on_page_error)
+    yield WebPage(page, log, base_url)
+    context.close()

@@ -1,0 +1,217 @@
+"""The browser client in headless Chromium against a real server.
+
+Microphone captions (fake capture device), file upload and drop, keyboard use, the engine
+panel, downloads, reconnect, and the worklet's resampler, all with no console errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+from tests.web.conftest import WebPage
+
+# Records every partial text and the loudest meter reading the page shows, because both
+# change faster than a test can poll for them.
+WATCH_PAGE = """() => {
+  window.__seen = { partials: [], stableChars: 0, loudest: -60 };
+  const partial = document.getElementById('partial');
+  new MutationObserver(() => {
+    const text = partial.textContent;
+    if (text && text !== '…') window.__seen.partials.push(text);
+    const stable = partial.querySelector('.stable');
+    if (stable) window.__seen.stableChars = Math.max(window.__seen.stableChars,
+                                                     stable.textContent.length);
+  }).observe(partial, { childList: true, subtree: true, characterData: true });
+  const level = document.getElementById('level');
+  new MutationObserver(() => {
+    window.__seen.loudest = Math.max(window.__seen.loudest,
+                                     Number(level.getAttribute('aria-valuenow')));
+  }).observe(level, { attributes: true, attributeFilter: ['aria-valuenow'] });
+}"""
+
+FINALS = "#finals li"
+
+
+def final_count(web: WebPage) -> int:
+    return int(web.page.locator(FINALS).count())
+
+
+def wait_finals(web: WebPage, at_least: int, timeout: float = 30_000) -> None:
+    web.page.wait_for_function(
+        f"document.querySelectorAll('{FINALS}').length >= {at_least}", timeout=timeout
+    )
+
+
+def assert_clean_console(web: WebPage) -> None:
+    assert not web.log.errors, "console errors:\n" + "\n".join(web.log.messages)
+
+
+def test_microphone_gives_live_partials_finals_and_engine_stats(web: WebPage) -> None:
+    page = web.page
+    web.open()
+    page.evaluate(WATCH_PAGE)
+    # The first /stats poll reports the random-weight model: the banner must say so.
+    warning = page.locator("#test-model-warning")
+    warning.wait_for(state="visible")
+    assert "random weights: transcripts are meaningless" in warning.inner_text()
+
+    page.click("#start")
+    start = page.locator("#start")
+    assert start.get_attribute("aria-pressed") == "true"
+    assert start.inner_text() == "Stop"
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+
+    page.wait_for_function("window.__seen.partials.length >= 1")
+    wait_finals(web, 1)
+    # The engine panel polls every 2 s; it must show this session.
+    page.wait_for_function("Number(document.getElementById('stat-sessions').textContent) >= 1")
+    page.wait_for_function("document.getElementById('latency').dataset.lastMs !== undefined")
+    web.screenshot("microphone")
+
+    first = page.locator(FINALS).first
+    assert re.fullmatch(r"\d\d:\d\d", first.locator("time").inner_text())
+    assert first.locator(".text").inner_text().strip()
+    latency_ms = int(page.locator("#latency").get_attribute("data-last-ms") or "-1")
+    # End of speech to final includes the 500 ms end-of-speech silence the VAD waits for.
+    assert 300 <= latency_ms < 10_000, latency_ms
+    seen = page.evaluate("window.__seen")
+    assert seen["loudest"] > -40, seen  # the meter moved with the fake microphone's speech
+    assert page.locator("#level").get_attribute("data-input-rate") in ("44100", "48000")
+    assert page.locator("#stat-memory").inner_text().count("/") == 1
+    assert page.locator("#stat-batches").inner_text() != "–"
+
+    # A dropped socket while running comes back by itself, and captions keep coming.
+    before = final_count(web)
+    page.evaluate("window.sensestream.dropConnection()")
+    page.wait_for_function("Number(document.body.dataset.connects) >= 2", timeout=15_000)
+    wait_finals(web, before + 1)
+
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert start.get_attribute("aria-pressed") == "false"
+    assert start.inner_text() == "Start"
+    times = page.locator(f"{FINALS} time").all_inner_texts()
+    assert times == sorted(times)  # the page clock runs on across the reconnect
+
+    # Transcript downloads.
+    with page.expect_download() as srt_download:
+        page.click("#download-srt")
+    srt = Path(srt_download.value.path()).read_text(encoding="utf-8")
+    assert srt_download.value.suggested_filename.endswith(".srt")
+    assert re.match(r"1\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n\S", srt), srt
+    assert srt.count(" --> ") == final_count(web)
+    with page.expect_download() as txt_download:
+        page.click("#download-txt")
+    txt = Path(txt_download.value.path()).read_text(encoding="utf-8")
+    assert len(txt.splitlines()) == final_count(web)
+    assert all(re.match(r"\[\d\d:\d\d\] \S", line) for line in txt.splitlines()), txt
+    assert_clean_console(web)
+
+
+def test_file_input_streams_the_file_and_yields_its_finals(
+    web: WebPage, fake_mic_wav: Path
+) -> None:
+    page = web.page
+    web.open()
+    page.set_input_files("#file", str(fake_mic_wav))
+    page.wait_for_function("document.body.dataset.mode === 'file'")
+    page.wait_for_function("document.body.dataset.mode === 'idle'", timeout=40_000)
+    status = page.locator("#status").inner_text()
+    assert status.startswith("Done: 3 caption(s)"), status
+    assert final_count(web) == 3
+    times = page.locator(f"{FINALS} time").all_inner_texts()
+    # Three sentences 1.5 s apart after 0.5 s of lead-in: they start within the first 10 s.
+    assert times[0] == "00:00"
+    assert times == sorted(times)
+    assert times[-1] < "00:10"
+    web.screenshot("file")
+    assert_clean_console(web)
+
+
+def test_dropped_file_is_transcribed(web: WebPage, short_wav: Path) -> None:
+    page = web.page
+    web.open()
+    data = base64.b64encode(short_wav.read_bytes()).decode()
+    page.evaluate(
+        """(b64) => {
+          const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+          const dt = new DataTransfer();
+          dt.items.add(new File([bytes], 'short.wav', { type: 'audio/wav' }));
+          for (const type of ['dragenter', 'dragover', 'drop']) {
+            document.body.dispatchEvent(
+              new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+          }
+        }""",
+        data,
+    )
+    page.wait_for_function("document.body.dataset.mode === 'idle'", timeout=30_000)
+    assert page.locator("#status").inner_text().startswith("Done: 1 caption(s) from short.wav")
+    assert page.locator("#drop-overlay").is_hidden()
+    assert final_count(web) == 1
+    assert_clean_console(web)
+
+
+def test_keyboard_alone_starts_and_stops(web: WebPage) -> None:
+    page = web.page
+    web.open()
+    start = page.get_by_role("button", name="Start")
+    for _ in range(10):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "start":
+            break
+    assert page.evaluate("document.activeElement.id") == "start", "Tab never reached Start"
+    assert start.get_attribute("aria-pressed") == "false"
+
+    page.keyboard.press("Enter")
+    stop = page.get_by_role("button", name="Stop")
+    assert stop.get_attribute("aria-pressed") == "true"
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+    page.keyboard.press("Space")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert page.evaluate("document.activeElement.id") == "start"
+
+    # The option toggles are labelled checkboxes that Space flips.
+    partials = page.get_by_label("Partials")
+    partials.focus()
+    page.keyboard.press("Space")
+    assert not partials.is_checked()
+    assert page.get_by_label("Language").evaluate("e => e.tagName") == "SELECT"
+    assert page.locator("#captions").get_attribute("aria-live") == "polite"
+    assert_clean_console(web)
+
+
+def test_worklet_resampler_is_band_limited(web: WebPage) -> None:
+    """The worklet's resampler, run in the page: flat to 6 kHz, aliases far below -60 dB."""
+    web.open()
+    gains = web.page.evaluate(
+        """async () => {
+          const { Resampler } = await import('/resampler.js');
+          const gain = (rate, freq) => {
+            const r = new Resampler(rate, 16000);
+            const x = new Float32Array(rate);
+            for (let i = 0; i < x.length; i++) x[i] = 0.5 * Math.sin(2 * Math.PI * freq * i / rate);
+            const out = [];
+            for (let i = 0; i < x.length; i += 128) out.push(...r.push(x.subarray(i, i + 128)));
+            const y = out.slice(1000, out.length - 1000);
+            const rms = Math.sqrt(y.reduce((s, v) => s + v * v, 0) / y.length);
+            return { n: out.length, db: 20 * Math.log10(rms / (0.5 / Math.SQRT2)) };
+          };
+          const result = {};
+          for (const rate of [48000, 44100]) {
+            for (const freq of [300, 1000, 5000, 9000, 12000, 18000]) {
+              result[`${rate}/${freq}`] = gain(rate, freq);
+            }
+          }
+          return result;
+        }"""
+    )
+    for key, got in gains.items():
+        freq = int(key.split("/")[1])
+        assert abs(got["n"] - 16000) < 50, (key, got)  # the clock stays locked
+        if freq <= 5000:
+            assert abs(got["db"]) < 0.1, (key, got)
+        else:
+            assert got["db"] < -60, (key, got)
+    assert_clean_console(web)

@@ -1,0 +1,786 @@
+// SenseStream browser client: microphone or file -> WebSocket protocol v1 -> captions.
+//
+// Plain ES module, no build step. The pieces, top to bottom: the page's elements and
+// state; a Stream (one WebSocket session); a Microphone (getUserMedia + AudioWorklet);
+// the microphone and file controllers; captions, meter, latency; the engine panel;
+// downloads; wiring.
+
+import {
+  emotionEmoji,
+  eventEmoji,
+  formatBytes,
+  median,
+  mmss,
+  splitStable,
+  toSrt,
+  toTxt,
+} from './format.js';
+
+const SAMPLE_RATE = 16000;
+const SAMPLES_PER_MS = SAMPLE_RATE / 1000;
+const MIC_FRAME_MS = 40; // 640 samples: small enough for latency, few enough messages
+const FILE_FRAME_MS = 100;
+const FILE_GAP_MS = 10; // 100 ms of audio every ~10 ms: about 10x real time
+const FILE_MAX_BUFFERED = 1 << 20; // wait for the socket to drain above 1 MiB queued
+const STATS_INTERVAL_MS = 2000;
+const RECONNECT_BASE_MS = 500;
+const RECONNECT_MAX_MS = 10_000;
+const STOP_TIMEOUT_MS = 20_000;
+const MAX_FRAME_LOG = 15_000; // 10 minutes of 40 ms frames without a final
+// The server closes with these when the client itself broke the protocol: reconnecting
+// would only repeat the mistake.
+const PROTOCOL_ERROR_CLOSES = new Set([1002, 1007, 1008]);
+
+const $ = (id) => document.getElementById(id);
+
+const ui = {
+  status: $('status'),
+  warning: $('test-model-warning'),
+  start: $('start'),
+  language: $('language'),
+  options: $('options'),
+  partials: $('opt-partials'),
+  itn: $('opt-itn'),
+  emotion: $('opt-emotion'),
+  event: $('opt-event'),
+  level: $('level'),
+  levelBar: $('level-bar'),
+  latency: $('latency'),
+  captions: $('captions'),
+  empty: $('captions-empty'),
+  finals: $('finals'),
+  partial: $('partial'),
+  file: $('file'),
+  downloadTxt: $('download-txt'),
+  downloadSrt: $('download-srt'),
+  clear: $('clear'),
+  dropOverlay: $('drop-overlay'),
+  stat: {
+    state: $('stat-state'),
+    sessions: $('stat-sessions'),
+    queue: $('stat-queue'),
+    batches: $('stat-batches'),
+    memory: $('stat-memory'),
+    backend: $('stat-backend'),
+    gpuUtil: $('stat-gpu-util'),
+    gpuTemp: $('stat-gpu-temp'),
+    updated: $('stat-updated'),
+  },
+};
+
+const state = {
+  mode: 'idle', // idle | mic | file | stopping
+  stream: null, // the current Stream
+  finals: [], // {start_ms, end_ms, text, lang, emotion, event} on the page clock
+  latencies: [], // ms, end of speech -> final
+  connects: 0, // sessions that reached `ready` (tests read it from data-connects)
+};
+
+// ---- one WebSocket session ----------------------------------------------------------
+
+// A server started with --api-keys wants a key; browsers cannot set headers on a
+// WebSocket, so the page passes `?token=` from its own address along to /ws.
+const TOKEN = new URLSearchParams(location.search).get('token');
+
+function socketUrl() {
+  const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+  const query = TOKEN ? `?token=${encodeURIComponent(TOKEN)}` : '';
+  return `${scheme}://${location.host}/ws${query}`;
+}
+
+/**
+ * One protocol-v1 session. It knows how many samples it has sent and when each frame
+ * left, which is what turns a final's `end_ms` (stream clock) into a latency.
+ */
+class Stream {
+  constructor(startMessage, { onEvent, onClose }) {
+    this.onEvent = onEvent;
+    this.onClose = onClose;
+    this.sent = 0; // samples sent on this socket
+    this.startSample = null; // the page clock (samples) at this stream's sample 0
+    this.frames = []; // {end: samples sent after the frame, at: performance.now()}
+    this.stopRequested = false;
+    this.closed = false;
+    this.ws = new WebSocket(socketUrl());
+    this.ws.binaryType = 'arraybuffer';
+    this.opened = new Promise((resolve, reject) => {
+      this.ws.addEventListener('open', () => {
+        this.ws.send(JSON.stringify(startMessage));
+        resolve();
+      });
+      this.ws.addEventListener('close', (ev) => reject(new Error(closeReason(ev))));
+    });
+    this.opened.catch(() => {}); // a socket that never opens is reported by onClose
+    // Settles with the `ready` event, or fails with the server's error (or the close)
+    // when the start was refused.
+    this.ready = new Promise((resolve, reject) => {
+      this.settleReady = { resolve, reject };
+    });
+    this.ready.catch(() => {});
+    this.ended = new Promise((resolve) => {
+      this.ws.addEventListener('close', (ev) => {
+        this.closed = true;
+        this.settleReady.reject(new Error(closeReason(ev)));
+        resolve(ev);
+        this.onClose(this, ev);
+      });
+    });
+    this.ws.addEventListener('message', (ev) => this.receive(ev));
+  }
+
+  get canSend() {
+    return !this.stopRequested && this.ws.readyState === WebSocket.OPEN;
+  }
+
+  receive(ev) {
+    if (typeof ev.data !== 'string') return; // the server only sends JSON text
+    let event;
+    try {
+      event = JSON.parse(ev.data);
+    } catch {
+      showStatus('The server sent something that is not JSON', 'error');
+      return;
+    }
+    if (event.type === 'ready') this.settleReady.resolve(event);
+    if (event.type === 'error') this.settleReady.reject(new ServerError(event));
+    this.onEvent(this, event);
+  }
+
+  /** Send int16 samples; `pageSample` is where they start on the page clock. */
+  send(pcm, pageSample) {
+    if (!this.canSend) return false;
+    if (this.startSample === null) this.startSample = pageSample;
+    this.ws.send(pcm);
+    this.sent += pcm.length;
+    this.frames.push({ end: this.sent, at: performance.now() });
+    if (this.frames.length > MAX_FRAME_LOG) this.frames.splice(0, this.frames.length / 2);
+    return true;
+  }
+
+  /** Stream clock ms -> page clock ms (captions keep counting across reconnects). */
+  pageMs(ms) {
+    return (this.startSample ?? 0) / SAMPLES_PER_MS + ms;
+  }
+
+  /** When the frame holding sample `endMs` was sent, and forget older frames. */
+  sentAt(endMs) {
+    const sample = Math.ceil(endMs * SAMPLES_PER_MS);
+    const i = this.frames.findIndex((f) => f.end >= sample);
+    if (i < 0) return null;
+    const at = this.frames[i].at;
+    this.frames.splice(0, i); // later finals end later: earlier frames are not needed
+    return at;
+  }
+
+  /** Ask for the owed finals; resolves once the server closes (or after a timeout). */
+  async stop() {
+    if (this.closed) return;
+    this.stopRequested = true;
+    if (this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify({ type: 'stop' }));
+    } else {
+      this.ws.close();
+    }
+    const timeout = new Promise((resolve) => setTimeout(resolve, STOP_TIMEOUT_MS));
+    await Promise.race([this.ended, timeout]);
+    if (!this.closed) this.ws.close();
+  }
+
+  /** Close without asking for finals (page unload, failed start). */
+  abort() {
+    this.stopRequested = true;
+    if (!this.closed) this.ws.close();
+  }
+}
+
+class ServerError extends Error {
+  constructor(event) {
+    super(`${event.code}: ${event.message}`);
+    this.code = event.code;
+    this.detail = event.message;
+  }
+}
+
+function closeReason(ev) {
+  return ev.reason ? `${ev.code} ${ev.reason}` : `code ${ev.code}`;
+}
+
+function startMessage(extra = {}) {
+  return {
+    ...extra,
+    type: 'start',
+    sample_rate: SAMPLE_RATE,
+    encoding: 'pcm_s16le',
+    channels: 1,
+    language: ui.language.value,
+    itn: ui.itn.checked,
+    partials: ui.partials.checked,
+    emotion: ui.emotion.checked,
+    event: ui.event.checked,
+    timestamps: true,
+  };
+}
+
+// ---- microphone capture -------------------------------------------------------------
+
+/** getUserMedia -> MediaStreamSource -> AudioWorklet (mono, 16 kHz, int16 frames). */
+class Microphone {
+  constructor(onFrame) {
+    this.onFrame = onFrame;
+    this.context = null;
+    this.media = null;
+    this.node = null;
+    this.flushed = null;
+  }
+
+  async start() {
+    if (!navigator.mediaDevices?.getUserMedia) {
+      throw new Error(
+        'the microphone needs a secure page: use https:// (see web_client/README.md) or localhost',
+      );
+    }
+    // Created before the first await, inside the click, so autoplay rules let it run.
+    this.context = new AudioContext({ latencyHint: 'interactive' });
+    // Browser voice processing is tuned for calls, not recognisers: it gates quiet
+    // speech and smears onsets, so ask for the raw signal.
+    this.media = await navigator.mediaDevices.getUserMedia({
+      audio: {
+        channelCount: { ideal: 1 },
+        echoCancellation: false,
+        noiseSuppression: false,
+        autoGainControl: false,
+      },
+    });
+    await this.context.audioWorklet.addModule(new URL('./worklet.js', import.meta.url));
+    const source = this.context.createMediaStreamSource(this.media);
+    // No outputs: Chrome pulls an output-less worklet by itself, and the microphone is
+    // never played back to the speakers.
+    this.node = new AudioWorkletNode(this.context, 'capture', {
+      numberOfInputs: 1,
+      numberOfOutputs: 0,
+      processorOptions: { frameMs: MIC_FRAME_MS },
+    });
+    this.node.port.onmessage = (ev) => this.receive(ev.data);
+    source.connect(this.node);
+    await this.context.resume();
+    return this.context.sampleRate;
+  }
+
+  receive(data) {
+    if (data.pcm) this.onFrame(new Int16Array(data.pcm), data.rms);
+    if (data.flushed && this.flushed) this.flushed();
+  }
+
+  /** Have the worklet post its partly filled last frame. */
+  flush() {
+    if (!this.node) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.flushed = resolve;
+      this.node.port.postMessage('flush');
+      setTimeout(resolve, 500); // a closed context never answers
+    });
+  }
+
+  async close() {
+    this.media?.getTracks().forEach((t) => t.stop());
+    this.node?.disconnect();
+    if (this.context && this.context.state !== 'closed') await this.context.close();
+    this.node = null;
+  }
+}
+
+// ---- microphone controller ----------------------------------------------------------
+
+const mic = {
+  capture: null,
+  captured: 0, // samples captured since Start: the page clock
+  attempt: 0, // reconnect attempts since the last `ready`
+  timer: null, // pending reconnect
+};
+
+async function startMic() {
+  setMode('mic');
+  mic.captured = 0;
+  mic.attempt = 0;
+  const capture = new Microphone(onMicFrame);
+  mic.capture = capture;
+  showStatus('Asking for the microphone…');
+  try {
+    const rate = await capture.start();
+    if (state.mode !== 'mic') {
+      await capture.close(); // stopped while the permission prompt was up
+      return;
+    }
+    ui.level.dataset.inputRate = String(rate);
+  } catch (err) {
+    await capture.close();
+    mic.capture = null;
+    setMode('idle');
+    showStatus(`Microphone unavailable: ${err.message}`, 'error');
+    return;
+  }
+  connect();
+}
+
+function onMicFrame(pcm, rms) {
+  showLevel(rms);
+  // Frames captured while the socket is down are dropped, but still counted, so caption
+  // times after a reconnect stay on the same clock as the ones before.
+  state.stream?.send(pcm, mic.captured);
+  mic.captured += pcm.length;
+}
+
+function connect() {
+  mic.timer = null;
+  showStatus(mic.attempt ? `Reconnecting (attempt ${mic.attempt})…` : 'Connecting…');
+  state.stream = new Stream(startMessage(), { onEvent: handleEvent, onClose: onMicClose });
+}
+
+function onMicClose(stream, ev) {
+  if (stream !== state.stream) return;
+  clearPartial();
+  if (state.mode !== 'mic' || stream.stopRequested) return;
+  if (PROTOCOL_ERROR_CLOSES.has(ev.code)) {
+    stopMic(`The server ended the session (${closeReason(ev)})`);
+    return;
+  }
+  scheduleReconnect(ev);
+}
+
+/** Exponential backoff, capped, with jitter so many clients do not return in step. */
+function scheduleReconnect(ev) {
+  const delay = Math.min(RECONNECT_BASE_MS * 2 ** mic.attempt, RECONNECT_MAX_MS);
+  const jittered = Math.round(delay * (0.8 + 0.4 * Math.random()));
+  mic.attempt += 1;
+  showStatus(
+    `Connection lost (${closeReason(ev)}); reconnecting in ${(jittered / 1000).toFixed(1)} s`,
+    'warn',
+  );
+  mic.timer = setTimeout(connect, jittered);
+}
+
+async function stopMic(message) {
+  setMode('stopping');
+  clearTimeout(mic.timer);
+  mic.timer = null;
+  showStatus('Stopping: waiting for the last captions…');
+  const capture = mic.capture;
+  mic.capture = null;
+  if (capture) await capture.flush();
+  if (state.stream) await state.stream.stop();
+  if (capture) await capture.close();
+  showLevel(0);
+  setMode('idle');
+  showStatus(message ?? `Stopped. ${state.finals.length} caption(s).`, message ? 'error' : '');
+}
+
+// ---- file controller -----------------------------------------------------------------
+
+const file = { cancel: false };
+
+/** Decode any format the browser knows, then let Web Audio resample to 16 kHz mono. */
+async function decodeTo16k(blob) {
+  const bytes = await blob.arrayBuffer();
+  const context = new AudioContext();
+  let decoded;
+  try {
+    decoded = await context.decodeAudioData(bytes);
+  } finally {
+    await context.close();
+  }
+  const length = Math.max(1, Math.ceil(decoded.duration * SAMPLE_RATE));
+  // A one-channel destination downmixes (speaker rules), and rendering at 16 kHz runs
+  // the browser's own band-limited resampler over the whole file at once.
+  const offline = new OfflineAudioContext(1, length, SAMPLE_RATE);
+  const source = offline.createBufferSource();
+  source.buffer = decoded;
+  source.connect(offline.destination);
+  source.start();
+  const rendered = await offline.startRendering();
+  return floatToInt16(rendered.getChannelData(0));
+}
+
+function floatToInt16(samples) {
+  const out = new Int16Array(samples.length);
+  for (let i = 0; i < samples.length; i++) {
+    const s = Math.max(-1, Math.min(1, samples[i]));
+    out[i] = s < 0 ? s * 0x8000 : s * 0x7fff;
+  }
+  return out;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function transcribeFile(blob) {
+  if (state.mode !== 'idle') {
+    showStatus('Stop the current transcription first.', 'warn');
+    return;
+  }
+  setMode('file');
+  file.cancel = false;
+  const name = blob.name || 'file';
+  showStatus(`Decoding ${name}…`);
+  let pcm;
+  try {
+    pcm = await decodeTo16k(blob);
+  } catch (err) {
+    setMode('idle');
+    showStatus(`Cannot decode ${name}: ${err.message || err}`, 'error');
+    return;
+  }
+  const before = state.finals.length;
+  let stream;
+  try {
+    stream = await openFileStream();
+    await pumpFile(stream, pcm, name);
+    setMode('stopping');
+    showStatus(`Sent ${name}; waiting for the last captions…`);
+    await stream.stop();
+  } catch (err) {
+    state.stream?.abort();
+    setMode('idle');
+    showStatus(`Transcribing ${name} failed: ${err.message}`, 'error');
+    return;
+  }
+  setMode('idle');
+  const count = state.finals.length - before;
+  showStatus(`Done: ${count} caption(s) from ${name}.`);
+}
+
+/**
+ * A file is sent faster than real time, so it asks for `"pace": "replay"`: servers with
+ * rate limits hold live streams to about real time. A server from before that option
+ * refuses the unknown field; it has no rate limit either, so ask again without it.
+ */
+async function openFileStream() {
+  let stream = newFileStream({ pace: 'replay' });
+  try {
+    await stream.ready;
+  } catch (err) {
+    if (!(err instanceof ServerError && err.code === 'invalid_field' && /pace/.test(err.detail))) {
+      throw err;
+    }
+    stream = newFileStream();
+    await stream.ready;
+  }
+  return stream;
+}
+
+function newFileStream(extra) {
+  const stream = new Stream(startMessage(extra), { onEvent: handleEvent, onClose: onFileClose });
+  state.stream = stream;
+  return stream;
+}
+
+/** 100 ms frames with small gaps: faster than real time, but never a flood. */
+async function pumpFile(stream, pcm, name) {
+  const frame = FILE_FRAME_MS * SAMPLES_PER_MS;
+  for (let at = 0; at < pcm.length; at += frame) {
+    if (file.cancel) return;
+    if (stream.closed) throw new Error('the connection closed');
+    while (stream.ws.bufferedAmount > FILE_MAX_BUFFERED) await sleep(FILE_GAP_MS);
+    stream.send(pcm.subarray(at, at + frame), at);
+    const percent = Math.min(100, Math.round(((at + frame) / pcm.length) * 100));
+    showStatus(`Transcribing ${name}: ${percent}%`);
+    await sleep(FILE_GAP_MS);
+  }
+}
+
+function onFileClose(stream, ev) {
+  if (stream !== state.stream) return; // a refused first try, already replaced
+  clearPartial();
+  if (!stream.stopRequested && ev.code !== 1000 && state.mode === 'file') {
+    showStatus(`Connection lost while sending the file (${closeReason(ev)})`, 'error');
+  }
+}
+
+// ---- server events -----------------------------------------------------------------
+
+function handleEvent(stream, event) {
+  if (stream !== state.stream) return; // a late event from a replaced session
+  switch (event.type) {
+    case 'ready':
+      onReady(event);
+      break;
+    case 'speech_started':
+      showSpeaking();
+      break;
+    case 'partial':
+      showPartial(event);
+      break;
+    case 'final':
+      onFinal(stream, event);
+      break;
+    case 'error':
+      showStatus(`Server error ${event.code}: ${event.message}`, 'error');
+      break;
+    case 'end':
+      break; // the close that follows does the bookkeeping
+    default:
+      break; // newer servers may add events; ignoring them is the v1 contract
+  }
+}
+
+function onReady(event) {
+  state.connects += 1;
+  document.body.dataset.connects = String(state.connects);
+  document.body.dataset.session = event.session_id;
+  if (state.mode === 'mic') {
+    mic.attempt = 0;
+    showStatus(`Listening (session ${event.session_id})`);
+  }
+  if (event.test_model) ui.warning.hidden = false;
+}
+
+function onFinal(stream, event) {
+  const sentAt = stream.sentAt(event.end_ms);
+  if (sentAt !== null) showLatency(performance.now() - sentAt);
+  clearPartial();
+  if (!event.text) return; // a too-short burst: answered, but nothing to show
+  const final = {
+    start_ms: stream.pageMs(event.start_ms),
+    end_ms: stream.pageMs(event.end_ms),
+    text: event.text,
+    lang: event.lang,
+    emotion: event.emotion,
+    event: event.event,
+  };
+  state.finals.push(final);
+  ui.finals.append(finalLine(final));
+  ui.empty.hidden = true;
+  updateTranscriptButtons();
+  keepScrolledToEnd();
+}
+
+// ---- captions --------------------------------------------------------------------------
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** An emoji badge with a text alternative (emoji names vary across screen readers). */
+function badge(className, emoji, label) {
+  const node = el('span', className, emoji);
+  node.title = label;
+  node.setAttribute('role', 'img');
+  node.setAttribute('aria-label', label);
+  return node;
+}
+
+function finalLine(final) {
+  const li = el('li', 'final');
+  const time = el('time', 'time', mmss(final.start_ms));
+  time.dateTime = `PT${(final.start_ms / 1000).toFixed(2)}S`;
+  li.append(time);
+  const emo = emotionEmoji(final.emotion);
+  if (emo) li.append(badge('emotion', emo, `emotion: ${final.emotion}`));
+  const evt = eventEmoji(final.event);
+  if (evt) li.append(badge('event', evt, `event: ${final.event}`));
+  if (final.lang) li.append(el('span', 'lang', final.lang));
+  li.append(el('span', 'text', final.text));
+  return li;
+}
+
+function showPartial(event) {
+  const [stable, rest] = splitStable(event.text, event.stable_chars);
+  ui.partial.replaceChildren(el('span', 'stable', stable), el('span', 'unstable', rest));
+  ui.partial.classList.remove('speaking');
+  ui.empty.hidden = true;
+  keepScrolledToEnd();
+}
+
+function showSpeaking() {
+  ui.partial.replaceChildren(el('span', 'unstable', '…'));
+  ui.partial.classList.add('speaking');
+}
+
+function clearPartial() {
+  ui.partial.replaceChildren();
+  ui.partial.classList.remove('speaking');
+}
+
+function keepScrolledToEnd() {
+  ui.captions.scrollTop = ui.captions.scrollHeight;
+}
+
+function clearCaptions() {
+  state.finals = [];
+  state.latencies = [];
+  ui.finals.replaceChildren();
+  clearPartial();
+  ui.empty.hidden = false;
+  ui.latency.textContent = '–';
+  updateTranscriptButtons();
+}
+
+// ---- meter, latency, status ------------------------------------------------------------
+
+const METER_FLOOR_DB = -60;
+
+function showLevel(rms) {
+  const db = rms > 0 ? Math.max(METER_FLOOR_DB, 20 * Math.log10(rms)) : METER_FLOOR_DB;
+  const fraction = (db - METER_FLOOR_DB) / -METER_FLOOR_DB;
+  ui.levelBar.style.width = `${(fraction * 100).toFixed(1)}%`;
+  ui.levelBar.classList.toggle('hot', db > -6);
+  ui.level.setAttribute('aria-valuenow', db.toFixed(0));
+  ui.level.setAttribute('aria-valuetext', db <= METER_FLOOR_DB ? 'silent' : `${db.toFixed(0)} dBFS`);
+}
+
+function showLatency(ms) {
+  state.latencies.push(ms);
+  if (state.latencies.length > 100) state.latencies.shift();
+  const med = median(state.latencies);
+  ui.latency.textContent =
+    `${Math.round(ms)} ms (median ${Math.round(med)} ms over ${state.latencies.length})`;
+  ui.latency.dataset.lastMs = String(Math.round(ms));
+}
+
+function showStatus(text, kind = '') {
+  ui.status.textContent = text;
+  ui.status.dataset.kind = kind;
+}
+
+/** One place that maps the mode to the button, the options and the file input. */
+function setMode(mode) {
+  state.mode = mode;
+  document.body.dataset.mode = mode;
+  const running = mode !== 'idle';
+  ui.start.textContent = mode === 'stopping' ? 'Stopping…' : running ? 'Stop' : 'Start';
+  ui.start.setAttribute('aria-pressed', String(running));
+  // aria-disabled, not disabled: a disabled button drops keyboard focus mid-stop.
+  ui.start.setAttribute('aria-disabled', String(mode === 'stopping'));
+  ui.options.disabled = running;
+  ui.language.disabled = running;
+  ui.file.disabled = running;
+  updateTranscriptButtons();
+}
+
+function onStartClick() {
+  if (state.mode === 'idle') startMic();
+  else if (state.mode === 'mic') stopMic();
+  else if (state.mode === 'file') file.cancel = true;
+}
+
+// ---- engine panel --------------------------------------------------------------------
+
+/** Poll /stats with a setTimeout chain, so a slow answer never overlaps the next ask. */
+async function pollStats() {
+  try {
+    const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+    const response = await fetch('/stats', { cache: 'no-store', headers });
+    if (response.status === 401) throw new Error('needs an API key (open the page with ?token=…)');
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    renderStats(await response.json());
+    ui.stat.updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
+  } catch (err) {
+    ui.stat.updated.textContent = `Engine unreachable: ${err.message}`;
+  } finally {
+    setTimeout(pollStats, STATS_INTERVAL_MS);
+  }
+}
+
+function renderStats(stats) {
+  const s = ui.stat;
+  s.state.textContent = stats.state ?? '–';
+  s.sessions.textContent = String(stats.sessions ?? '–');
+  s.queue.textContent = String(stats.queue?.depth ?? '–');
+  const b = stats.batches;
+  s.batches.textContent = b ? `${b.max_batch} / ${b.count}` : '–';
+  const m = stats.memory;
+  s.memory.textContent = m ? `${formatBytes(m.in_use_bytes)} / ${formatBytes(m.budget_bytes)}` : '–';
+  s.backend.textContent = stats.engine?.backend ?? '–';
+  renderGpus(stats.process?.gpus ?? []);
+  ui.warning.hidden = !stats.test_model;
+}
+
+function renderGpus(gpus) {
+  for (const node of document.querySelectorAll('.gpu')) node.hidden = gpus.length === 0;
+  if (gpus.length === 0) return;
+  ui.stat.gpuUtil.textContent = gpus.map((g) => `${g.utilization_pct}%`).join(', ');
+  ui.stat.gpuTemp.textContent = gpus.map((g) => `${g.temperature_c} °C`).join(', ');
+}
+
+// ---- transcript downloads ------------------------------------------------------------------
+
+function updateTranscriptButtons() {
+  const none = state.finals.length === 0;
+  ui.downloadTxt.disabled = none;
+  ui.downloadSrt.disabled = none;
+  ui.clear.disabled = none || state.mode !== 'idle';
+}
+
+function download(filename, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: 'text/plain;charset=utf-8' }));
+  const link = el('a');
+  link.href = url;
+  link.download = filename;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  // The click starts the download synchronously; the URL can go once it has.
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function transcriptName(ext) {
+  const stamp = new Date().toISOString().slice(0, 19).replace(/[:T]/g, '-');
+  return `sensestream-${stamp}.${ext}`;
+}
+
+// ---- drag and drop ---------------------------------------------------------------------
+
+function hasFiles(ev) {
+  return Array.from(ev.dataTransfer?.types ?? []).includes('Files');
+}
+
+function wireDrop() {
+  let depth = 0; // dragenter/leave fire for every child: count to know when it really left
+  document.addEventListener('dragenter', (ev) => {
+    if (!hasFiles(ev)) return;
+    depth += 1;
+    ui.dropOverlay.hidden = false;
+  });
+  document.addEventListener('dragleave', () => {
+    depth = Math.max(0, depth - 1);
+    if (depth === 0) ui.dropOverlay.hidden = true;
+  });
+  document.addEventListener('dragover', (ev) => {
+    if (hasFiles(ev)) ev.preventDefault(); // allow the drop instead of opening the file
+  });
+  document.addEventListener('drop', (ev) => {
+    ev.preventDefault();
+    depth = 0;
+    ui.dropOverlay.hidden = true;
+    const dropped = ev.dataTransfer?.files?.[0];
+    if (dropped) transcribeFile(dropped);
+  });
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+function init() {
+  ui.start.addEventListener('click', onStartClick);
+  ui.file.addEventListener('change', () => {
+    const chosen = ui.file.files?.[0];
+    ui.file.value = ''; // choosing the same file again must fire `change` again
+    if (chosen) transcribeFile(chosen);
+  });
+  ui.downloadTxt.addEventListener('click', () => download(transcriptName('txt'), toTxt(state.finals)));
+  ui.downloadSrt.addEventListener('click', () => download(transcriptName('srt'), toSrt(state.finals)));
+  ui.clear.addEventListener('click', clearCaptions);
+  wireDrop();
+  window.addEventListener('pagehide', () => state.stream?.abort());
+  setMode('idle');
+  pollStats();
+}
+
+// A hook for tests and debugging: drop the socket as a network failure would.
+window.sensestream = {
+  dropConnection() {
+    state.stream?.ws.close(4000, 'simulated drop');
+  },
+};
+
+init();
