@@ -219,6 +219,7 @@ class RunResult:
     missed_utterances: int
     extra_finals: int
     unmatched_finals: int
+    utterances_without_partials: int
     errors: int
     error_samples: tuple[str, ...]
     dropped_sessions: int
@@ -241,6 +242,7 @@ class TargetReport:
     end_silence_source: str
     runs: tuple[RunResult, ...]
     capacity: int | None
+    capacity_at_limit: bool  # the search stopped at --max-streams: capacity is at least this
     largest_passing_streams: int
 
 
@@ -361,11 +363,9 @@ def plan_stream(
     return StreamPlan(start_delay_s, tuple(frames[:total]), tuple(utterances))
 
 
-def plan_streams(
-    count: int, pool: Sequence[Clip], config: BenchConfig, seed_offset: int = 0
-) -> list[StreamPlan]:
-    """Independent plans, connection starts spread evenly over the ramp."""
-    rng = random.Random(config.seed * 100_003 + seed_offset)
+def plan_streams(count: int, pool: Sequence[Clip], config: BenchConfig) -> list[StreamPlan]:
+    """Independent plans (stream i's is the same at every N), starts spread over the ramp."""
+    rng = random.Random(config.seed)
     silence = silence_frames(np.random.default_rng(config.seed))
     ramp = min(config.ramp_s, config.duration_s / 4)
     return [plan_stream(rng, pool, silence, config, ramp * i / count) for i in range(count)]
@@ -614,6 +614,7 @@ class Samples:
     matched: int = 0
     extra: int = 0
     unmatched: int = 0
+    without_partials: int = 0
 
 
 def collect_stream(plan: StreamPlan, log: StreamLog, into: Samples) -> None:
@@ -636,7 +637,9 @@ def collect_stream(plan: StreamPlan, log: StreamLog, into: Samples) -> None:
         if utt.last_frame < len(sent):
             into.final.append((closing[3] - sent[utt.last_frame]) * 1000)
         firsts = [partials[f[0]][0] for f in finals if f[0] in partials]
-        if firsts and utt.first_frame < len(sent):
+        if not firsts:
+            into.without_partials += 1
+        elif utt.first_frame < len(sent):
             into.first_partial.append((min(firsts) - sent[utt.first_frame]) * 1000)
 
 
@@ -818,6 +821,7 @@ def run_once(
         missed_utterances=utterances - collected.matched,
         extra_finals=collected.extra,
         unmatched_finals=collected.unmatched,
+        utterances_without_partials=collected.without_partials,
         errors=len(errors),
         error_samples=tuple(sorted(set(errors))[:10]),
         dropped_sessions=dropped,
@@ -998,6 +1002,7 @@ def measure_target(
         end_silence_source=source,
         runs=tuple(runs),
         capacity=capacity,
+        capacity_at_limit=capacity is not None and capacity >= args.max_streams,
         largest_passing_streams=max(passing, default=0),
     )
 
@@ -1118,18 +1123,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline-url", help="a second server (e.g. --max-batch 1) to compare")
     parser.add_argument("--server-args", default="", help="extra `python -m server` options")
     parser.add_argument("--no-baseline", action="store_true", help="spawn only the configured one")
-    parser.add_argument("--streams", type=parse_streams, default=[1], help="N[,N2,...]")
+    parser.add_argument(
+        "--streams", type=parse_streams, default=[1], help="N[,N2,...]; the search starts at min"
+    )
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per stream")
-    parser.add_argument("--speech-ratio", type=float, default=0.5)
-    parser.add_argument("--partial-interval-ms", type=int, default=400)
-    parser.add_argument("--end-silence-ms", type=int, default=500)
-    parser.add_argument("--find-capacity", action="store_true")
+    parser.add_argument("--speech-ratio", type=float, default=0.5, help="share of time speaking")
+    parser.add_argument(
+        "--partial-interval-ms", type=int, default=400, help="passed to spawned servers"
+    )
+    parser.add_argument(
+        "--end-silence-ms",
+        type=int,
+        default=500,
+        help="the server's VAD end-silence, subtracted from final latency (passed when spawning)",
+    )
+    parser.add_argument(
+        "--find-capacity", action="store_true", help="search for the largest N meeting the criteria"
+    )
     parser.add_argument("--max-streams", type=int, default=1024, help="capacity search limit")
-    parser.add_argument("--max-final-latency-ms", type=float, default=1000.0)
-    parser.add_argument("--max-partial-interval-ms", type=float, default=2000.0)
+    parser.add_argument(
+        "--max-final-latency-ms", type=float, default=1000.0, help="p95, end-silence subtracted"
+    )
+    parser.add_argument("--max-partial-interval-ms", type=float, default=2000.0, help="p95")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="spread of connection starts")
-    parser.add_argument("--drain-timeout-s", type=float, default=120.0)
-    parser.add_argument("--server-timeout-s", type=float, default=900.0)
+    parser.add_argument(
+        "--drain-timeout-s", type=float, default=120.0, help="wait for `end` after `stop`"
+    )
+    parser.add_argument(
+        "--server-timeout-s", type=float, default=900.0, help="spawned server start-up limit"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speech-dir", type=Path, default=default_speech_dir())
     parser.add_argument("--json", type=Path, help="write the results here")

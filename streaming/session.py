@@ -127,6 +127,7 @@ class Session:
             self._require_open("stop")
             self.end_of_stream(now)
             return
+        self._require_open("start")
         if self._start is not None:
             raise StateError("start may only be sent once, before any audio")
         self._begin(message)
@@ -175,6 +176,8 @@ class Session:
 
     def abort(self, error: ProtocolError, now: float) -> None:
         """Report a client error, stop taking input, and still deliver the finals owed."""
+        if self._end_sent:
+            return  # `end` is out and the socket is closing; nothing more is said
         self._events.append(ErrorEvent(error.code, error.message))
         if self.close_code is None:
             self.close_code = error.close_code

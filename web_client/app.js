@@ -176,12 +176,13 @@ class Stream {
   async stop() {
     if (this.closed) return;
     this.stopRequested = true;
-    if (this.ws.readyState === WebSocket.OPEN) {
-      this.ws.send(JSON.stringify({ type: 'stop' }));
-    } else {
-      this.ws.close();
-    }
     const timeout = new Promise((resolve) => setTimeout(resolve, STOP_TIMEOUT_MS));
+    // Still connecting: let it open (the start goes out), then stop cleanly, rather than
+    // abort a handshake in flight.
+    if (this.ws.readyState === WebSocket.CONNECTING) {
+      await Promise.race([this.opened.catch(() => {}), timeout]);
+    }
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ type: 'stop' }));
     await Promise.race([this.ended, timeout]);
     if (!this.closed) this.ws.close();
   }
@@ -534,7 +535,9 @@ function onReady(event) {
 
 function onFinal(stream, event) {
   const sentAt = stream.sentAt(event.end_ms);
-  if (sentAt !== null) showLatency(performance.now() - sentAt);
+  // Only live audio has an "end of speech" moment; for a replayed file the number would
+  // measure the replay speed.
+  if (sentAt !== null && state.mode === 'mic') showLatency(performance.now() - sentAt);
   clearPartial();
   if (!event.text) return; // a too-short burst: answered, but nothing to show
   const final = {
@@ -579,7 +582,7 @@ function finalLine(final) {
   if (emo) li.append(badge('emotion', emo, `emotion: ${final.emotion}`));
   const evt = eventEmoji(final.event);
   if (evt) li.append(badge('event', evt, `event: ${final.event}`));
-  if (final.lang) li.append(el('span', 'lang', final.lang));
+  if (final.lang && final.lang !== 'unknown') li.append(el('span', 'lang', final.lang));
   li.append(el('span', 'text', final.text));
   return li;
 }
@@ -648,8 +651,10 @@ function setMode(mode) {
   state.mode = mode;
   document.body.dataset.mode = mode;
   const running = mode !== 'idle';
+  // The label itself says what the button does next (no aria-pressed as well: a toggle
+  // whose name also flips reads as "Stop, pressed", which is ambiguous).
   ui.start.textContent = mode === 'stopping' ? 'Stopping…' : running ? 'Stop' : 'Start';
-  ui.start.setAttribute('aria-pressed', String(running));
+  ui.start.dataset.running = String(running);
   // aria-disabled, not disabled: a disabled button drops keyboard focus mid-stop.
   ui.start.setAttribute('aria-disabled', String(mode === 'stopping'));
   ui.options.disabled = running;

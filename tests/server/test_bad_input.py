@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -88,3 +89,32 @@ def test_ready_reports_effective_config(server: ServerProcess, speech_clips: lis
     assert ready["config"]["sample_rate"] == 8000 and ready["config"]["language"] == "en"
     assert ready["test_model"] is True and ready["v"] == 1
     assert json.dumps(ready)
+
+
+def test_disconnect_mid_utterance_frees_the_session(
+    server: ServerProcess, speech_clips: list[Clip]
+) -> None:
+    audio = to_s16le(speech(speech_clips))
+
+    async def scenario() -> Outcome:
+        from websockets.asyncio.client import connect
+
+        healthy = asyncio.create_task(run_session(server.url, audio, speed=4.0))
+        for _ in range(3):
+            async with connect(server.url, compression=None) as ws:
+                await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+                await ws.send(audio[: len(audio) // 2])  # mid-utterance, then vanish
+                await ws.recv()  # ready
+            # leaving the block closes the socket without a stop
+        return await healthy
+
+    healthy = asyncio.run(scenario())
+    assert healthy.of("final") and healthy.close_code == 1000
+    # The healthy session's handler may still be finishing its close; give it a moment.
+    deadline = time.monotonic() + 5
+    while (stats := json.loads(server.http("/stats")[1]))[
+        "sessions"
+    ] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stats["sessions"] == 0, stats
+    assert stats["queue"]["depth"] == 0

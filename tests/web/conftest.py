@@ -42,6 +42,12 @@ def require_browser() -> None:
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _browser_first() -> None:
+    """Check before the session fixtures (model, speech) spend their seconds."""
+    require_browser()
+
+
 @dataclass
 class PageLog:
     """Everything the page printed, and every uncaught exception."""
@@ -104,7 +110,7 @@ def web_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(fake_mic_wav: Path) -> Iterator[Any]:
     require_browser()
     from playwright.sync_api import sync_playwright
