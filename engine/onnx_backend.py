@@ -81,6 +81,9 @@ class OnnxBackend:
         if threads is not None:
             options.intra_op_num_threads = threads
         options.log_severity_level = 3
+        # The arena keeps the high-water mark of every batch shape it has seen; without it
+        # memory follows the batch in flight, which the scheduler's budget bounds.
+        options.enable_cpu_mem_arena = False
         self._session = ort.InferenceSession(str(path), options, providers=providers)
         self._label = f"onnx-{precision}-{device.partition(':')[0]}"
 

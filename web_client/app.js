@@ -315,6 +315,7 @@ async function startMic() {
     ui.level.dataset.inputRate = String(rate);
   } catch (err) {
     await capture.close();
+    if (state.mode !== 'mic') return; // stopped meanwhile: the failure is moot
     mic.capture = null;
     setMode('idle');
     showStatus(`Microphone unavailable: ${err.message}`, 'error');
