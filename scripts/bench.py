@@ -419,12 +419,19 @@ async def receive_events(ws: ClientConnection, log: StreamLog) -> None:
         log.errors.append(f"connection closed: {exc}")
 
 
-async def run_stream(url: str, plan: StreamPlan, log: StreamLog, drain_timeout_s: float) -> None:
+async def run_stream(
+    endpoint: Endpoint, plan: StreamPlan, log: StreamLog, drain_timeout_s: float
+) -> None:
     """One live client: connect, start, stream, stop, wait for every owed final and `end`."""
     await asyncio.sleep(plan.start_delay_s)
     try:
         async with connect(
-            url, compression=None, max_size=1 << 22, ping_interval=None, open_timeout=60
+            endpoint.ws_url,
+            additional_headers=endpoint.headers,
+            compression=None,
+            max_size=1 << 22,
+            ping_interval=None,
+            open_timeout=60,
         ) as ws:
             await ws.send(START_MESSAGE)
             receiver = asyncio.create_task(receive_events(ws, log))
@@ -483,19 +490,39 @@ def http_base(ws_url: str) -> str:
     return f"http{match.group(1)}://{match.group(2)}"
 
 
-def http_get(url: str, timeout: float = 10.0) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a server takes streams and answers /stats and /metrics, and the key it wants."""
+
+    ws_url: str
+    http_url: str
+    api_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, ws_url: str, http_url: str | None, api_key: str | None) -> Endpoint:
+        """HTTP on the WebSocket's own host and port unless told otherwise."""
+        return cls(ws_url, (http_url or http_base(ws_url)).rstrip("/"), api_key)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The Authorization header, when there is a key."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def http_get(endpoint: Endpoint, path: str, timeout: float = 10.0) -> str | None:
     """The body of a GET, or None when the server does not answer."""
+    request = urllib.request.Request(endpoint.http_url + path, headers=endpoint.headers)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             body: bytes = response.read()
             return body.decode()
     except (OSError, urllib.error.URLError, ValueError):
         return None
 
 
-def get_stats(ws_url: str) -> dict[str, Any] | None:
+def get_stats(endpoint: Endpoint) -> dict[str, Any] | None:
     """The server's /stats JSON, or None."""
-    body = http_get(http_base(ws_url) + "/stats")
+    body = http_get(endpoint, "/stats")
     if body is None:
         return None
     try:
@@ -505,9 +532,9 @@ def get_stats(ws_url: str) -> dict[str, Any] | None:
     return stats
 
 
-def get_histograms(ws_url: str) -> dict[str, Histogram]:
+def get_histograms(endpoint: Endpoint) -> dict[str, Histogram]:
     """Every unlabelled histogram in /metrics, by family name (empty when unavailable)."""
-    body = http_get(http_base(ws_url) + "/metrics")
+    body = http_get(endpoint, "/metrics")
     found: dict[str, Histogram] = {}
     if body is None:
         return found
@@ -539,29 +566,31 @@ def stats_end_silence(stats: dict[str, Any] | None) -> int | None:
     return None
 
 
-def counter_value(ws_url: str, name: str) -> float | None:
+def counter_value(endpoint: Endpoint, name: str) -> float | None:
     """A counter from /stats' queue section (partials dropped), when present."""
-    stats = get_stats(ws_url)
+    stats = get_stats(endpoint)
     if stats is None:
         return None
     value = (stats.get("queue") or {}).get(name)
     return float(value) if isinstance(value, int | float) else None
 
 
-async def sample_stats(ws_url: str, interval_s: float, samples: list[dict[str, Any]]) -> None:
+async def sample_stats(
+    endpoint: Endpoint, interval_s: float, samples: list[dict[str, Any]]
+) -> None:
     """Poll /stats while the load runs (each reading's cpu_percent covers the last interval)."""
     while True:
         await asyncio.sleep(interval_s)
-        stats = await asyncio.to_thread(get_stats, ws_url)
+        stats = await asyncio.to_thread(get_stats, endpoint)
         if stats is not None:
             samples.append(stats)
 
 
-def wait_idle(ws_url: str, timeout_s: float) -> None:
+def wait_idle(endpoint: Endpoint, timeout_s: float) -> None:
     """Let the previous run's sessions and queue drain before the next one starts."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stats = get_stats(ws_url)
+        stats = get_stats(endpoint)
         if stats is None or (
             stats.get("sessions", 0) == 0 and (stats.get("queue") or {}).get("depth", 0) == 0
         ):
@@ -747,16 +776,18 @@ class LoadOutcome:
     stats_samples: tuple[dict[str, Any], ...]
 
 
-async def drive(url: str, plans: Sequence[StreamPlan], config: BenchConfig) -> LoadOutcome:
+async def drive(
+    endpoint: Endpoint, plans: Sequence[StreamPlan], config: BenchConfig
+) -> LoadOutcome:
     """Run every client on this event loop while polling /stats."""
     logs = [StreamLog() for _ in plans]
     samples: list[dict[str, Any]] = []
-    sampler = asyncio.create_task(sample_stats(url, config.stats_interval_s, samples))
+    sampler = asyncio.create_task(sample_stats(endpoint, config.stats_interval_s, samples))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     started = time.monotonic()
     await asyncio.gather(
         *(
-            run_stream(url, p, log, config.drain_timeout_s)
+            run_stream(endpoint, p, log, config.drain_timeout_s)
             for p, log in zip(plans, logs, strict=True)
         )
     )
@@ -777,16 +808,17 @@ def run_loop(coro: Coroutine[Any, Any, LoadOutcome]) -> tuple[LoadOutcome, str]:
 
 
 def run_once(
-    url: str, streams: int, pool: Sequence[Clip], config: BenchConfig, end_silence_ms: int
+    endpoint: Endpoint, streams: int, pool: Sequence[Clip], config: BenchConfig
 ) -> RunResult:
-    """N live streams against `url` for `duration_s`, analysed."""
+    """N live streams against the server for `duration_s`, analysed."""
+    end_silence_ms = config.end_silence_ms
     plans = plan_streams(streams, pool, config)
-    wait_idle(url, config.settle_timeout_s)
-    hist_before = get_histograms(url)
-    dropped_before = counter_value(url, "partials_dropped")  # also resets cpu_percent
-    outcome, loop_name = run_loop(drive(url, plans, config))
-    hist_after = get_histograms(url)
-    dropped_after = counter_value(url, "partials_dropped")
+    wait_idle(endpoint, config.settle_timeout_s)
+    hist_before = get_histograms(endpoint)
+    dropped_before = counter_value(endpoint, "partials_dropped")  # also resets cpu_percent
+    outcome, loop_name = run_loop(drive(endpoint, plans, config))
+    hist_after = get_histograms(endpoint)
+    dropped_after = counter_value(endpoint, "partials_dropped")
     collected = Samples()
     for plan, log in zip(plans, outcome.logs, strict=True):
         collect_stream(plan, log, collected)
@@ -925,8 +957,14 @@ def option_value(args: Sequence[str], flag: str) -> str | None:
     return value
 
 
-def server_command(model: str, server_args: Sequence[str], config: BenchConfig) -> list[str]:
-    """The spawned server's command line; `server_args` come last, so they win."""
+def server_command(
+    model: str, server_args: Sequence[str], config: BenchConfig, max_streams: int
+) -> list[str]:
+    """The spawned server's command line; `server_args` come last, so they win.
+
+    Every benchmark client comes from 127.0.0.1, so the session caps are lifted to the
+    largest N the benchmark will try.
+    """
     return [
         sys.executable,
         "-m",
@@ -939,6 +977,10 @@ def server_command(model: str, server_args: Sequence[str], config: BenchConfig) 
         str(config.end_silence_ms),
         "--partial-interval-ms",
         str(config.partial_interval_ms),
+        "--max-sessions",
+        str(max_streams),
+        "--max-sessions-per-ip",
+        str(max_streams),
         *server_args,
     ]
 
@@ -953,6 +995,7 @@ class Target:
     name: str
     url: str | None = None
     command: tuple[str, ...] | None = None
+    http_url: str | None = None  # /stats and /metrics, when not on the WebSocket's port
 
 
 def measure_target(
@@ -968,8 +1011,11 @@ def measure_target(
         print(f"[{target.name}] starting: {shlex.join(target.command)}", file=sys.stderr)
         spawned = SpawnedServer(target.command, args.server_timeout_s)
     url = spawned.url if spawned is not None else target.url or ""
+    endpoint = Endpoint.of(url, target.http_url, args.api_key)
     try:
-        stats = get_stats(url)
+        stats = get_stats(endpoint)
+        if stats is None:
+            print(f"[{target.name}] no /stats at {endpoint.http_url}", file=sys.stderr)
         end_silence, source = resolve_end_silence(stats, target, config)
         run_config = replace(config, end_silence_ms=end_silence)
 
@@ -978,7 +1024,7 @@ def measure_target(
         def passes(n: int) -> bool:
             if n not in results:
                 print(f"[{target.name}] {n} stream(s) for {config.duration_s:g} s", file=sys.stderr)
-                results[n] = run_once(url, n, pool, run_config, end_silence)
+                results[n] = run_once(endpoint, n, pool, run_config)
                 print_run(results[n])
             return results[n].passed
 
@@ -1028,6 +1074,8 @@ def print_run(run: RunResult) -> None:
     """One summary line per run on stderr."""
     lat = run.latency
     verdict = "pass" if run.passed else "FAIL: " + "; ".join(run.failed)
+    if any("server_full" in e for e in run.error_samples):
+        verdict += " (server_full: raise the server's --max-sessions / --max-sessions-per-ip)"
     print(
         f"  N={run.streams:<4} finals={run.finals:<5} "
         f"final-ES p50/p95/p99={lat.final_minus_end_silence_ms.p50}/"
@@ -1122,6 +1170,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     where.add_argument("--spawn-server", metavar="MODEL_DIR", help="start the servers here")
     parser.add_argument("--baseline-url", help="a second server (e.g. --max-batch 1) to compare")
     parser.add_argument("--server-args", default="", help="extra `python -m server` options")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SENSESTREAM_BENCH_API_KEY"),
+        help="sent as a Bearer token on /ws, /stats and /metrics (env SENSESTREAM_BENCH_API_KEY)",
+    )
+    parser.add_argument("--stats-url", help="http://HOST:PORT of /stats when on another port")
+    parser.add_argument("--baseline-stats-url", help="the same for --baseline-url")
     parser.add_argument("--no-baseline", action="store_true", help="spawn only the configured one")
     parser.add_argument(
         "--streams", type=parse_streams, default=[1], help="N[,N2,...]; the search starts at min"
@@ -1161,8 +1216,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--speech-ratio must be within 0.05..0.95")
     if args.duration < 4:
         parser.error("--duration must be at least 4 s (one utterance and the VAD's tail)")
-    if args.baseline_url and not args.url:
-        parser.error("--baseline-url goes with --url")
+    if (args.baseline_url or args.stats_url or args.baseline_stats_url) and not args.url:
+        parser.error("--baseline-url, --stats-url and --baseline-stats-url go with --url")
     return args
 
 
@@ -1175,11 +1230,15 @@ def default_speech_dir() -> Path:
 def make_targets(args: argparse.Namespace, config: BenchConfig) -> list[Target]:
     """The configured server and its baseline, by URL or as commands to spawn."""
     if args.url:
-        targets = [Target("configured", url=args.url)]
+        targets = [Target("configured", url=args.url, http_url=args.stats_url)]
         if args.baseline_url:
-            targets.append(Target("baseline", url=args.baseline_url))
+            targets.append(
+                Target("baseline", url=args.baseline_url, http_url=args.baseline_stats_url)
+            )
         return targets
-    command = server_command(args.spawn_server, shlex.split(args.server_args), config)
+    largest = max(*args.streams, args.max_streams if args.find_capacity else 1)
+    server_args = shlex.split(args.server_args)
+    command = server_command(args.spawn_server, server_args, config, largest)
     targets = [Target("configured", command=tuple(command))]
     if not args.no_baseline:
         targets.append(Target("baseline", command=(*command, "--max-batch", "1")))
