@@ -68,10 +68,14 @@ class CostModel:
         return int(self.raw_bytes(batch, frames) * self.scale) + self.overhead
 
     def calibrate(self, measured: list[tuple[int, int, int]]) -> None:
-        """Fit the scale to (batch, frames, measured peak bytes) samples, never below them."""
+        """Raise the scale to cover (batch, frames, measured peak bytes) samples.
+
+        Never lowers it: a process-RSS delta undercounts whenever the allocator reuses
+        memory it already holds, so a small measurement proves nothing.
+        """
         ratios = [peak / self.raw_bytes(b, t) for b, t, peak in measured if peak > 0]
         if ratios:
-            self.scale = max(ratios) * 1.1
+            self.scale = max(self.scale, max(ratios) * 1.1)
 
     def be_more_conservative(self, factor: float = 1.25) -> None:
         """After an out-of-memory error: price every batch higher from now on."""

@@ -265,3 +265,12 @@ def test_parse_size_rejects_garbage() -> None:
     for bad in ("", "lots", "-1GiB", "0"):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+def test_calibration_only_raises_the_cost_model() -> None:
+    cost = CostModel(Architecture())
+    raw = cost.raw_bytes(1, 250)
+    cost.calibrate([(1, 250, raw // 1000)])  # an RSS delta that saw reused memory
+    assert cost.scale == 1.0
+    cost.calibrate([(1, 250, 2 * raw)])
+    assert cost.scale == pytest.approx(2.2)
