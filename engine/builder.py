@@ -170,10 +170,10 @@ def measure_peak(recognizer: Recognizer, batch: int, samples: int) -> tuple[int,
         torch_cuda.reset_peak_memory_stats()
         recognizer.decode(utts)
         return batch, frames, int(torch_cuda.max_memory_allocated() - before)
-    before = _rss_bytes()
-    _reset_peak_rss()
+    before = rss_bytes()
+    reset_peak_rss()
     recognizer.decode(utts)
-    return batch, frames, max(0, _peak_rss_bytes() - before)
+    return batch, frames, max(0, peak_rss_bytes() - before)
 
 
 def default_budget(config: EngineConfig) -> int:
@@ -194,7 +194,7 @@ def _torch_cuda() -> Any | None:
     return torch.cuda
 
 
-def _reset_peak_rss() -> None:
+def reset_peak_rss() -> None:
     # Linux: writing 5 to clear_refs resets VmHWM, so the next peak is this decode's.
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
@@ -210,9 +210,9 @@ def _status_kib(field_name: str) -> int:
     return 0
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     return _status_kib("VmRSS:")
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     return _status_kib("VmHWM:")

@@ -76,9 +76,8 @@ def transcribe_files(
         if isinstance(result, EngineError):
             failures += 1
             _emit(out, _error_line(path, result))
-        else:
-            audio = audios[slot] if isinstance(slot, int) else np.zeros(0)
-            _emit(out, _result_line(path, audio, result, recognizer.backend.name))
+        elif isinstance(slot, int):
+            _emit(out, _result_line(path, audios[slot], result, recognizer.backend.name))
     print(f"decoded {len(audios)} file(s) in {elapsed:.2f} s", file=sys.stderr)
     return 1 if failures else 0
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.frontend import pad_batch
-from engine.model_dir import ONNX_NAMES, ModelDir
+from engine.model_dir import ModelDir
 from engine.prompts import prompt_arrays
 from engine.types import DecodeOptions
 
@@ -113,6 +113,4 @@ class OnnxBackend:
 
 
 def _export_flag(precision: str) -> str:
-    return (
-        {"int8": " --int8", "fp16": " --fp16"}.get(precision, "") if precision in ONNX_NAMES else ""
-    )
+    return {"int8": " --int8", "fp16": " --fp16"}.get(precision, "")

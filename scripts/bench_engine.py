@@ -8,7 +8,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from engine.audio_io import read_audio
+from engine.builder import peak_rss_bytes, reset_peak_rss
 from engine.loader import BACKENDS, PRECISIONS, BackendOptions, create_backend
 from engine.model_dir import resolve_model
 from engine.recognizer import Recognizer
@@ -47,19 +47,6 @@ def speech_source(seconds: float) -> tuple[np.ndarray, str]:
         speech = read_audio(wav)
     reps = int(np.ceil(seconds * SAMPLE_RATE / len(speech)))
     return np.tile(speech, reps)[: int(seconds * SAMPLE_RATE)], "espeak-ng"
-
-
-def reset_peak_rss() -> None:
-    """Linux: writing 5 to clear_refs resets VmHWM so each case gets its own peak."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def cuda_peak(reset: bool) -> int | None:
