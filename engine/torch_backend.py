@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.frontend import pad_batch
+from engine.host_staging import HostStaging, pack_padded
 from engine.model_dir import ModelDir
 from engine.prompts import prompt_arrays
-from engine.torch_model import load_ctc_argmax
+from engine.torch_model import CtcArgmax, load_ctc_argmax
 from engine.types import DecodeOptions
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -27,17 +30,60 @@ def check_torch_device(device: str, precision: str) -> torch.device:
         dev = torch.device(device)
     except RuntimeError as exc:
         raise BackendUnavailableError(f"unknown torch device {device!r}: {exc}") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise BackendUnavailableError("--device cuda was asked for but CUDA is not available")
     if dev.type not in ("cpu", "cuda"):
         raise BackendUnavailableError(f"torch backend runs on cpu or cuda, not {device!r}")
     if dev.type == "cpu" and precision != "fp32":
         raise BackendUnavailableError(f"{precision} needs --device cuda; use fp32 on the CPU")
+    if dev.type == "cuda":
+        _check_cuda(dev, precision)
     return dev
 
 
+def _check_cuda(dev: torch.device, precision: str) -> None:
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError("--device cuda was asked for but CUDA is not available")
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise BackendUnavailableError(f"{dev} does not exist: this host has {count} GPU(s)")
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise BackendUnavailableError(f"{dev} has no bf16 support; use fp16")
+
+
+class Fp32Positions(nn.Module):
+    """Adds the encoder's sinusoidal position code computed in fp32, then cast.
+
+    funasr computes it in the activation dtype: in fp16 the sine arguments of a 15 s
+    utterance (up to ~250 rad) are rounded to 1/8 rad, which visibly changes outputs.
+    """
+
+    def __init__(self, original: nn.Module) -> None:
+        super().__init__()
+        self.original = original
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(1, x.size(1) + 1, device=x.device)[None, :]
+        code: torch.Tensor = self.original.encode(  # type: ignore[operator]
+            positions, x.size(2), torch.float32
+        )
+        return x + code.to(x.dtype)
+
+
+def keep_positions_fp32(model: CtcArgmax) -> bool:
+    """Swap the encoder's position module for `Fp32Positions`; False when it has none."""
+    embed = getattr(model.encoder, "embed", None)
+    if embed is None or not callable(getattr(embed, "encode", None)):
+        return False
+    model.encoder.embed = Fp32Positions(embed)
+    return True
+
+
 class TorchBackend:
-    """Runs batches under `torch.inference_mode` and returns argmax ids per frame."""
+    """Runs batches under `torch.inference_mode` and returns argmax ids per frame.
+
+    On CUDA the inputs are packed into one reused pinned buffer and copied over in one
+    asynchronous transfer; the argmax is taken on the device, so only int32 ids come back,
+    through a second pinned buffer. `stage_inputs` forces that path on (or off) anywhere.
+    """
 
     def __init__(
         self,
@@ -46,6 +92,7 @@ class TorchBackend:
         device: str = "cpu",
         precision: str = "fp32",
         threads: int | None = None,
+        stage_inputs: bool | None = None,
     ) -> None:
         self._device = check_torch_device(device, precision)
         self._dtype = DTYPES[precision]
@@ -53,7 +100,13 @@ class TorchBackend:
         if threads is not None and self._device.type == "cpu":
             torch.set_num_threads(threads)
         model = load_ctc_argmax(model_dir)
+        if self._dtype != torch.float32:
+            keep_positions_fp32(model)
         self._model = model.to(device=self._device, dtype=self._dtype)
+        cuda = self._device.type == "cuda"
+        staged = cuda if stage_inputs is None else stage_inputs
+        self._inputs = HostStaging(pin=cuda) if staged else None
+        self._outputs = HostStaging(pin=cuda) if staged else None
 
     @property
     def name(self) -> str:
@@ -63,31 +116,68 @@ class TorchBackend:
     def device(self) -> torch.device:
         return self._device
 
+    @property
+    def staging(self) -> HostStaging | None:
+        """The input staging buffer (None when inputs go over unstaged)."""
+        return self._inputs
+
     def run(
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         """Decode one padded batch; see `engine.backend.Backend.run`."""
-        padded, lengths = pad_batch(feats)
         language, textnorm = prompt_arrays(options)
-        pin = self._device.type == "cuda"
         try:
-            with torch.inference_mode():
-                ids, out_lens = self._model(
-                    _to_device(padded, self._device, pin).to(self._dtype),
-                    _to_device(lengths, self._device, pin),
-                    _to_device(language, self._device, pin),
-                    _to_device(textnorm, self._device, pin),
-                )
-                ids_host = ids.cpu().numpy()
-                lens_host = out_lens.cpu().numpy()
+            with torch.inference_mode(), self._on_device():
+                if self._inputs is None:
+                    ids, lens = self._run_direct(feats, language, textnorm)
+                else:
+                    ids, lens = self._run_staged(feats, language, textnorm)
         except torch.OutOfMemoryError as exc:
             raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
-        return [ids_host[i, : int(lens_host[i])].copy() for i in range(len(feats))]
+        # Copies: the staged arrays are views of a buffer the next batch overwrites.
+        return [ids[i, : int(lens[i])].copy() for i in range(len(feats))]
 
+    def _run_direct(
+        self, feats: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        padded, lengths = pad_batch(feats)
+        inputs = [torch.from_numpy(a).to(self._device) for a in (lengths, language, textnorm)]
+        speech = torch.from_numpy(padded).to(self._device).to(self._dtype)
+        ids, out_lens = self._model(speech, *inputs)
+        return ids.cpu().numpy(), out_lens.cpu().numpy()
 
-def _to_device(array: np.ndarray, device: torch.device, pin: bool) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    if pin:
-        # Pinned host memory lets the copy run asynchronously with the launch queue.
-        tensor = tensor.pin_memory()
-    return tensor.to(device, non_blocking=pin)
+    def _run_staged(
+        self, feats: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self._inputs is None or self._outputs is None:
+            raise RuntimeError("staging buffers were not set up")
+        batch, frames, dim = len(feats), max(f.shape[0] for f in feats), feats[0].shape[1]
+        i32 = np.dtype(np.int32)
+        vector = ((batch,), i32)
+        host = self._inputs.reserve(
+            [((batch, frames, dim), np.dtype(np.float32)), vector, vector, vector]
+        )
+        pack_padded(host[0], feats)
+        host[1].numpy()[:] = [f.shape[0] for f in feats]
+        host[2].numpy()[:] = language
+        host[3].numpy()[:] = textnorm
+        speech, lengths, lang, norm = self._inputs.upload(self._device)
+        # fp32 goes over the bus and is cast on the device, where it is nearly free.
+        ids, out_lens = self._model(speech.to(self._dtype), lengths, lang, norm)
+        back = self._outputs.reserve([(tuple(ids.shape), i32), (tuple(out_lens.shape), i32)])
+        pinned = self._outputs.pinned
+        back[0].copy_(ids, non_blocking=pinned)
+        back[1].copy_(out_lens, non_blocking=pinned)
+        self._synchronize()
+        return back[0].numpy(), back[1].numpy()
+
+    def _synchronize(self) -> None:
+        # Non-blocking copies into pinned memory are only complete once the stream is.
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+
+    def _on_device(self) -> contextlib.AbstractContextManager[object]:
+        """Make this backend's GPU current, so streams and allocations land on it."""
+        if self._device.type != "cuda":
+            return contextlib.nullcontext()
+        return torch.cuda.device(self._device)
