@@ -1,32 +1,55 @@
 """Build a ready engine from explicit config: load, warm up, calibrate, pick the batch size.
 
-Everything slow happens here, once, before a server says it is ready.
+Everything slow happens here, once, before a server says it is ready. With several GPUs
+each gets its own recognizer and memory budget; the cost model and the batch size are
+measured once, on the first, since every device runs the same model at the same precision.
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from engine.backend import Backend
 from engine.budget import GIB, Architecture, CostModel, MemoryBudget
+from engine.device_memory import (  # re-exported: scripts read peaks through the builder
+    DeviceMemory,
+    device_memory,
+    peak_rss_bytes,
+    reset_peak_rss,
+    rss_bytes,
+)
+from engine.devices import parse_devices
 from engine.loader import BackendOptions, create_backend
-from engine.model_dir import DEFAULT_MODEL_ID, resolve_model
-from engine.recognizer import Recognizer
+from engine.model_dir import DEFAULT_MODEL_ID, ModelDir, resolve_model
+from engine.recognizer import Recognizer, Utterance
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.types import SAMPLE_RATE, DecodeOptions
 
+__all__ = ["peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
+
 CPU_DEFAULT_BUDGET = 2 * GIB
+MAX_FEATURE_THREADS = 8
+
+OpenBackend = Callable[[ModelDir, BackendOptions], Backend]
+MemoryOf = Callable[[str, str], DeviceMemory]
 
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """How to build the engine. `max_batch=None` means measure it; `memory_budget=None`
-    means the device default (a fraction of free GPU memory, or 2 GiB on CPU)."""
+    """How to build the engine.
+
+    `backend.device` may list several GPUs (`cuda:0,cuda:1`). `max_batch=None` means
+    measure it. `memory_budget` is per device; None means `budget_fraction` of the free
+    memory each GPU has once the weights are loaded, or 2 GiB on the CPU.
+    `feature_threads=None` means 1 on the CPU (the backend owns the cores) and up to 8
+    per GPU. `calibration_batches=None` means (1,) on the CPU and (1, 8) on GPUs.
+    """
 
     model: str = DEFAULT_MODEL_ID
     backend: BackendOptions = field(default_factory=BackendOptions)
@@ -38,6 +61,41 @@ class EngineConfig:
     latency_target_s: float = 1.0
     autotune_seconds: float = 3.0
     autotune_candidates: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    feature_threads: int | None = None
+    calibration_batches: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.budget_fraction <= 1:
+            raise ValueError(f"budget_fraction must be within (0, 1]; got {self.budget_fraction}")
+        if self.feature_threads is not None and self.feature_threads < 1:
+            raise ValueError("feature_threads must be at least 1")
+        parse_devices(self.backend.device)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return parse_devices(self.backend.device)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.devices[0].startswith("cuda")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReport:
+    """One device as start-up found it."""
+
+    device: str
+    backend: str
+    memory_budget: int
+    free_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "backend": self.backend,
+            "memory_budget": self.memory_budget,
+            "free_bytes_after_load": self.free_bytes,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +111,8 @@ class EngineReport:
     batch_curve: tuple[dict[str, float], ...]
     memory_budget: int
     cost_scale: float
+    devices: tuple[DeviceReport, ...] = ()
+    feature_threads: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,52 +125,147 @@ class EngineReport:
             "batch_curve": list(self.batch_curve),
             "memory_budget": self.memory_budget,
             "cost_scale": round(self.cost_scale, 3),
+            "devices": [d.to_dict() for d in self.devices],
+            "feature_threads": self.feature_threads,
         }
 
 
-def architecture_of(config: dict[str, Any]) -> Architecture:
+@dataclass(frozen=True, slots=True)
+class EngineParts:
+    """A built engine: one recognizer per device, the shared scheduler, the report."""
+
+    recognizers: tuple[Recognizer, ...]
+    scheduler: Scheduler
+    report: EngineReport
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        return tuple(d.device for d in self.report.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    name: str
+    recognizer: Recognizer
+    memory: DeviceMemory
+    budget: MemoryBudget
+    free_bytes: int | None
+
+
+def architecture_of(config: dict[str, Any], precision: str = "fp32") -> Architecture:
+    """The cost model's dimensions; half precision halves every activation."""
     enc = config.get("encoder_conf", {})
     return Architecture(
         hidden=int(enc.get("output_size", 512)),
         heads=int(enc.get("attention_heads", 4)),
         ffn=int(enc.get("linear_units", 2048)),
+        dtype_bytes=2 if precision in ("fp16", "bf16") else 4,
     )
 
 
 def build_engine(config: EngineConfig) -> tuple[Recognizer, Scheduler, EngineReport]:
     """Load and warm the model, size the budget, and return a scheduler ready to serve."""
+    parts = build_engine_parts(config)
+    return parts.recognizers[0], parts.scheduler, parts.report
+
+
+def build_engine_parts(
+    config: EngineConfig,
+    *,
+    open_backend: OpenBackend = create_backend,
+    memory_of: MemoryOf = device_memory,
+) -> EngineParts:
+    """Every device loaded, budgeted and warmed; `open_backend` and `memory_of` are seams
+    for tests (fake devices with declared costs)."""
     started = time.perf_counter()
     model_dir = resolve_model(config.model)
-    recognizer = Recognizer(model_dir, create_backend(model_dir, config.backend))
+    devices = [
+        _open_device(model_dir, config, name, open_backend, memory_of) for name in config.devices
+    ]
     loaded = time.perf_counter()
-    cost = CostModel(architecture_of(dict(model_dir.config)))
-    max_samples = config.max_segment_ms * SAMPLE_RATE // 1000
-    cost.calibrate([measure_peak(recognizer, 1, max_samples)])
-    budget = MemoryBudget(config.memory_budget or default_budget(config))
+    first = devices[0]
+    cost = calibrated_cost(first.recognizer, first.memory, config)
     curve: tuple[dict[str, float], ...] = ()
     if config.max_batch is not None:
         max_batch = config.max_batch
     else:
-        max_batch, curve = choose_max_batch(recognizer, config)
+        frames = first.recognizer.frontend.num_frames(int(config.autotune_seconds * SAMPLE_RATE))
+        smallest = min(d.budget.total for d in devices)
+        max_batch, curve = choose_max_batch(
+            first.recognizer, config, fits=lambda b: cost.bytes(b, frames) <= smallest
+        )
     scheduler = Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=config.max_wait_ms),
-        budget,
+        first.budget,
         cost,
-        recognizer.frontend.num_frames,
+        first.recognizer.frontend.num_frames,
+        more_budgets=[d.budget for d in devices[1:]],
     )
-    scheduler.check_fits(max_samples)
+    scheduler.check_fits(config.max_segment_ms * SAMPLE_RATE // 1000)
     report = EngineReport(
         model=str(model_dir.path),
         test_model=model_dir.is_test_model,
-        backend=recognizer.backend.name,
+        backend=first.recognizer.backend.name,
         load_s=loaded - started,
         warmup_s=time.perf_counter() - loaded,
         max_batch=max_batch,
         batch_curve=curve,
-        memory_budget=budget.total,
+        memory_budget=first.budget.total,
         cost_scale=cost.scale,
+        devices=tuple(
+            DeviceReport(d.name, d.recognizer.backend.name, d.budget.total, d.free_bytes)
+            for d in devices
+        ),
+        feature_threads=feature_threads(config, os.cpu_count() or 1),
     )
-    return recognizer, scheduler, report
+    return EngineParts(tuple(d.recognizer for d in devices), scheduler, report)
+
+
+def _open_device(
+    model_dir: ModelDir,
+    config: EngineConfig,
+    name: str,
+    open_backend: OpenBackend,
+    memory_of: MemoryOf,
+) -> _Device:
+    """Load the weights on one device, then read what memory is left for activations."""
+    options = replace(config.backend, device=name)
+    recognizer = Recognizer(model_dir, open_backend(model_dir, options))
+    memory = memory_of(name, options.backend)
+    if config.memory_budget is not None:
+        return _Device(name, recognizer, memory, MemoryBudget(config.memory_budget), None)
+    free = memory.free_bytes() if name.startswith("cuda") else None
+    total = default_budget(config, name, free)
+    return _Device(name, recognizer, memory, MemoryBudget(total), free)
+
+
+def default_budget(config: EngineConfig, device: str, free_bytes: int | None) -> int:
+    """A fraction of the memory free after the weights load on a GPU; a stated CPU default."""
+    if not device.startswith("cuda") or free_bytes is None:
+        return CPU_DEFAULT_BUDGET
+    return max(1, int(free_bytes * config.budget_fraction))
+
+
+def feature_threads(config: EngineConfig, cpus: int) -> int:
+    """Threads computing features per device: GPUs finish a batch faster than one core can
+    feed it, but on the CPU the backend already uses every core."""
+    if config.feature_threads is not None:
+        return config.feature_threads
+    if not config.on_gpu:
+        return 1
+    return max(1, min(MAX_FEATURE_THREADS, cpus // len(config.devices)))
+
+
+def calibrated_cost(
+    recognizer: Recognizer, memory: DeviceMemory, config: EngineConfig
+) -> CostModel:
+    """The cost model, scaled to cover measured peaks of maximum-length batches."""
+    precision = config.backend.resolved_precision()
+    cost = CostModel(architecture_of(dict(recognizer.model_dir.config), precision))
+    max_samples = config.max_segment_ms * SAMPLE_RATE // 1000
+    batches = config.calibration_batches or ((1, 8) if config.on_gpu else (1,))
+    cost.calibrate([measure_peak(recognizer, b, max_samples, memory) for b in batches])
+    return cost
 
 
 def speech_like(seconds: float, seed: int = 0) -> np.ndarray:
@@ -129,16 +284,20 @@ def time_batch(recognizer: Recognizer, batch: int, seconds: float) -> float:
 
 
 def choose_max_batch(
-    recognizer: Recognizer, config: EngineConfig
+    recognizer: Recognizer,
+    config: EngineConfig,
+    fits: Callable[[int], bool] | None = None,
 ) -> tuple[int, tuple[dict[str, float], ...]]:
     """Measure throughput against batch size; keep the smallest within 5% of the best.
 
     Bigger is not assumed better: on a 2-core CPU batching barely helps, on a GPU it is
-    where the throughput is. Candidates stop once a batch misses the latency target or
-    throughput stops growing.
+    where the throughput is. Candidates stop once a batch misses the latency target,
+    throughput stops growing, or (`fits`) the batch would not fit the memory budget.
     """
     curve: list[dict[str, float]] = []
     for batch in config.autotune_candidates:
+        if curve and fits is not None and not fits(batch):
+            break  # it could never be admitted, and trying it could run out of memory
         wall = time_batch(recognizer, batch, config.autotune_seconds)
         rate = batch * config.autotune_seconds / wall
         earlier = max((p["audio_s_per_s"] for p in curve), default=0.0)
@@ -157,62 +316,17 @@ def choose_max_batch(
     return chosen, tuple(curve)
 
 
-def measure_peak(recognizer: Recognizer, batch: int, samples: int) -> tuple[int, int, int]:
-    """(batch, frames, peak bytes) of one decode: CUDA allocator peak or process RSS peak."""
+def measure_peak(
+    recognizer: Recognizer, batch: int, samples: int, memory: DeviceMemory
+) -> tuple[int, int, int]:
+    """(batch, frames, peak bytes) of one decode of `batch` utterances of `samples`."""
     frames = recognizer.frontend.num_frames(samples)
-    utts = [
-        recognizer.prepare(speech_like(samples / SAMPLE_RATE, i), DecodeOptions())
-        for i in range(batch)
-    ]
-    torch_cuda = _torch_cuda()
-    if torch_cuda is not None:
-        before = torch_cuda.memory_allocated()
-        torch_cuda.reset_peak_memory_stats()
-        recognizer.decode(utts)
-        return batch, frames, int(torch_cuda.max_memory_allocated() - before)
-    before = rss_bytes()
-    reset_peak_rss()
+    utts = prepare_many(recognizer, [speech_like(samples / SAMPLE_RATE, i) for i in range(batch)])
+    memory.start_peak()
     recognizer.decode(utts)
-    return batch, frames, max(0, peak_rss_bytes() - before)
+    return batch, frames, memory.peak_bytes()
 
 
-def default_budget(config: EngineConfig) -> int:
-    """A fraction of free device memory after the weights load; a stated default on CPU."""
-    torch_cuda = _torch_cuda()
-    if config.backend.device.startswith("cuda") and torch_cuda is not None:
-        free, _total = torch_cuda.mem_get_info()
-        return int(free * config.budget_fraction)
-    return CPU_DEFAULT_BUDGET
-
-
-def _torch_cuda() -> Any | None:
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return None
-    return torch.cuda
-
-
-def reset_peak_rss() -> None:
-    # Linux: writing 5 to clear_refs resets VmHWM, so the next peak is this decode's.
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def _status_kib(field_name: str) -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field_name):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
-
-
-def rss_bytes() -> int:
-    return _status_kib("VmRSS:")
-
-
-def peak_rss_bytes() -> int:
-    return _status_kib("VmHWM:")
+def prepare_many(recognizer: Recognizer, audios: Sequence[np.ndarray]) -> list[Utterance]:
+    """Features for each clip, with default prompts."""
+    return [recognizer.prepare(a, DecodeOptions()) for a in audios]
