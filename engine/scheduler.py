@@ -5,13 +5,16 @@ queued one and a final drops its utterance's partials; stale partials are droppe
 batch leaves when it is full or when its oldest request has waited `max_wait_ms`; items
 are chosen close in length to the oldest one, so padding stays small; and a batch is
 formed only if its priced cost fits the memory budget.
+
+With several devices each has its own budget: the caller names the device a batch is for
+(`next_batch(now, device)`), and the batch's memory goes back to that device's budget.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.budget import Allocation, CostModel, MemoryBudget
@@ -47,6 +50,7 @@ class Batch:
     padding_efficiency: float
     formed_at: float
     retry: bool = False
+    device: int = 0
 
 
 @dataclass
@@ -80,7 +84,11 @@ class _Queued:
 
 
 class Scheduler:
-    """Queues requests from every session and forms batches under one memory budget."""
+    """Queues requests from every session and forms batches under per-device budgets.
+
+    `budget` is device 0's; `more_budgets` are those of devices 1, 2, ... when there are
+    several. One queue serves them all, so any idle device takes the oldest work.
+    """
 
     def __init__(
         self,
@@ -88,9 +96,12 @@ class Scheduler:
         budget: MemoryBudget,
         cost: CostModel,
         frames_of: Callable[[int], int],
+        *,
+        more_budgets: Sequence[MemoryBudget] = (),
     ) -> None:
         self.config = config
         self.budget = budget
+        self.budgets: tuple[MemoryBudget, ...] = (budget, *more_budgets)
         self.cost = cost
         self.frames_of = frames_of
         self._finals: list[_Queued] = []  # sorted by arrival
@@ -103,12 +114,13 @@ class Scheduler:
     # ---- admission --------------------------------------------------------------
 
     def check_fits(self, max_samples: int) -> None:
-        """Refuse to start when one maximum-length utterance cannot fit the budget."""
+        """Refuse to start when one maximum-length utterance cannot fit every budget."""
         need = self.cost.bytes(1, self.frames_of(max_samples))
-        if need > self.budget.total:
+        smallest = min(b.total for b in self.budgets)
+        if need > smallest:
             raise EngineError(
                 f"one {max_samples / 16000:.0f} s utterance needs {need / 2**20:.0f} MiB but the "
-                f"memory budget is {self.budget.total / 2**20:.0f} MiB: raise --memory-budget "
+                f"memory budget is {smallest / 2**20:.0f} MiB: raise --memory-budget "
                 f"or lower the maximum segment length"
             )
 
@@ -168,17 +180,18 @@ class Scheduler:
         oldest = self._oldest_arrival()
         return None if oldest is None else oldest + self.config.max_wait_ms / 1000
 
-    def next_batch(self, now: float) -> Batch | None:
-        """A batch to run now, or None (not full and not yet due, or no memory free)."""
+    def next_batch(self, now: float, device: int = 0) -> Batch | None:
+        """A batch to run now on `device`, or None (not full and not yet due, or no memory
+        free on that device)."""
         if self._retry:
-            return self._retry_batch(now)
+            return self._retry_batch(now, device)
         oldest = self._oldest_arrival()
         if oldest is None:
             return None
         full = len(self._finals) + len(self._partials) >= self.config.max_batch
         if not full and now < oldest + self.config.max_wait_ms / 1000:
             return None
-        return self._form(now)
+        return self._form(now, device)
 
     def take_rejected(self) -> list[InferenceRequest]:
         """Requests that can never fit the budget; the caller answers them with errors."""
@@ -186,8 +199,8 @@ class Scheduler:
         return rejected
 
     def complete(self, batch: Batch) -> None:
-        """The batch finished (or failed): give its memory back."""
-        self.budget.free(batch.allocation)
+        """The batch finished (or failed): give its memory back to its device."""
+        self.budgets[batch.device].free(batch.allocation)
 
     def split_after_oom(self, batch: Batch) -> InferenceRequest | None:
         """Requeue the halves of a batch that ran out of memory.
@@ -204,27 +217,28 @@ class Scheduler:
         self._retry.appendleft(batch.requests[:half])
         return None
 
-    def _retry_batch(self, now: float) -> Batch | None:
+    def _retry_batch(self, now: float, device: int) -> Batch | None:
         group = self._retry[0]
         frames = max(self.frames_of(r.num_samples) for r in group)
-        allocation = self.budget.allocate(self.cost.bytes(len(group), frames))
+        allocation = self.budgets[device].allocate(self.cost.bytes(len(group), frames))
         if allocation is None:
             return None
         self._retry.popleft()
-        return self._batch(list(group), allocation, now, retry=True)
+        return self._batch(list(group), allocation, now, retry=True, device=device)
 
-    def _form(self, now: float) -> Batch | None:
+    def _form(self, now: float, device: int) -> Batch | None:
+        budget = self.budgets[device]
         anchor = self._finals[0] if self._finals else next(iter(self._partials.values()))
         chosen = [anchor]
         frames = anchor.frames
         allocation_size = self.cost.bytes(1, frames)
-        if allocation_size > self.budget.total:
+        if allocation_size > max(b.total for b in self.budgets):
             # It can never fit, even alone (the cost model grew after out-of-memory errors).
             self._remove(chosen)
             self._rejected.append(anchor.request)
             return None
-        if allocation_size > self.budget.available:
-            return None  # wait until a batch in flight gives memory back
+        if allocation_size > budget.available:
+            return None  # wait for memory here, or for a device with a larger budget
         for group in (self._finals, list(self._partials.values())):
             ranked = sorted(
                 (q for q in group if q is not anchor), key=lambda q: abs(q.frames - anchor.frames)
@@ -233,15 +247,15 @@ class Scheduler:
                 if len(chosen) >= self.config.max_batch:
                     break
                 size = self.cost.bytes(len(chosen) + 1, max(frames, q.frames))
-                if size <= self.budget.available:
+                if size <= budget.available:
                     chosen.append(q)
                     frames = max(frames, q.frames)
                     allocation_size = size
-        allocation = self.budget.allocate(allocation_size)
+        allocation = budget.allocate(allocation_size)
         if allocation is None:
             return None
         self._remove(chosen)
-        return self._batch([q.request for q in chosen], allocation, now)
+        return self._batch([q.request for q in chosen], allocation, now, device=device)
 
     def _batch(
         self,
@@ -249,6 +263,7 @@ class Scheduler:
         allocation: Allocation,
         now: float,
         retry: bool = False,
+        device: int = 0,
     ) -> Batch:
         requests.sort(key=lambda r: r.num_samples)
         lengths = [self.frames_of(r.num_samples) for r in requests]
@@ -256,7 +271,7 @@ class Scheduler:
         efficiency = sum(lengths) / (frames * len(lengths)) if frames else 1.0
         self.stats.batches += 1
         self.stats.padding_efficiency_sum += efficiency
-        return Batch(tuple(requests), allocation, frames, efficiency, now, retry)
+        return Batch(tuple(requests), allocation, frames, efficiency, now, retry, device)
 
     def _remove(self, chosen: list[_Queued]) -> None:
         ids = {id(q) for q in chosen}
