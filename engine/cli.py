@@ -40,8 +40,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """Run the CLI; exit 0 when every file decoded, 1 when any failed, 2 on setup errors."""
     args = build_parser().parse_args(argv)
     try:
-        model_dir = resolve_model(args.model)
         options = BackendOptions(args.backend, args.precision, args.device, args.threads)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        model_dir = resolve_model(args.model)
         recognizer = Recognizer(model_dir, create_backend(model_dir, options))
     except EngineError as exc:
         print(f"error [{exc.code}]: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backend import Backend
+from engine.devices import parse_devices
 from engine.errors import BackendUnavailableError
 from engine.model_dir import ONNX_NAMES, ModelDir
 
@@ -19,7 +20,11 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8")
 
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
-    """Which backend runs the model, where, and at what precision."""
+    """Which backend runs the model, where, and at what precision.
+
+    `device` may list several GPUs (`cuda:0,cuda:1`) for the engine builder, which opens
+    one backend per device; `create_backend` itself takes one device.
+    """
 
     backend: str = "onnx"
     precision: str = "auto"
@@ -32,6 +37,7 @@ class BackendOptions:
             raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
+        parse_devices(self.device)
 
     def resolved_precision(self) -> str:
         """`auto` is the fastest measured: int8 ONNX / fp32 torch on CPU, fp16 on CUDA."""
@@ -45,6 +51,10 @@ class BackendOptions:
 def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
     """Build the backend; ONNX files are exported on first use and cached."""
     precision = options.resolved_precision()
+    if len(parse_devices(options.device)) != 1:
+        raise BackendUnavailableError(
+            f"one backend runs on one device, not {options.device!r}: the server takes a list"
+        )
     if options.backend == "torch":
         from engine.torch_backend import TorchBackend
 
