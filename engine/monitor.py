@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -12,14 +13,14 @@ from prometheus_client import CollectorRegistry, Gauge
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:
-    """One device's NVML reading."""
+    """One device's NVML reading; None where the device does not report a value (MIG)."""
 
     index: int
     name: str
     memory_used: int
     memory_total: int
-    utilization_pct: int
-    temperature_c: int
+    utilization_pct: int | None
+    temperature_c: int | None
 
 
 class Nvml(Protocol):
@@ -49,38 +50,83 @@ def load_nvml() -> Nvml | None:
     return nvml
 
 
+def is_nvml_error(exc: BaseException) -> bool:
+    """pynvml raises NVMLError subclasses made at run time, one per return code."""
+    return any(c.__name__ == "NVMLError" for c in type(exc).__mro__)
+
+
 def read_gpus(nvml: Nvml) -> list[GpuReading]:
-    """Every device NVML sees; gpu temperature sensor 0 is the die."""
+    """Every device NVML can read, by NVML index; a device that errors is left out."""
     readings = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = nvml.nvmlDeviceGetName(handle)
-        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-        readings.append(
-            GpuReading(
-                index=index,
-                name=name.decode() if isinstance(name, bytes) else str(name),
-                memory_used=int(memory.used),
-                memory_total=int(memory.total),
-                utilization_pct=int(rates.gpu),
-                temperature_c=int(nvml.nvmlDeviceGetTemperature(handle, 0)),
-            )
-        )
+        reading = _read_gpu(nvml, index)
+        if reading is not None:
+            readings.append(reading)
     return readings
 
 
-def torch_memory() -> dict[str, int] | None:
-    """CUDA allocator numbers when torch is already loaded and has CUDA (never imports it)."""
-    import sys
+def _read_gpu(nvml: Nvml, index: int) -> GpuReading | None:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = nvml.nvmlDeviceGetName(handle)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    except Exception as exc:
+        if is_nvml_error(exc):
+            return None  # lost or inaccessible: the other devices still report
+        raise
+    return GpuReading(
+        index=index,
+        name=name.decode() if isinstance(name, bytes) else str(name),
+        memory_used=int(memory.used),
+        memory_total=int(memory.total),
+        utilization_pct=_optional(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        # Sensor 0 is the die.
+        temperature_c=_optional(lambda: nvml.nvmlDeviceGetTemperature(handle, 0)),
+    )
 
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+
+def _optional(read: Callable[[], Any]) -> int | None:
+    """A reading some devices do not support (MIG instances, some boards)."""
+    try:
+        return int(read())
+    except Exception as exc:
+        if is_nvml_error(exc):
+            return None
+        raise
+
+
+def torch_memory(
+    devices: Sequence[int] | None = None, cuda: Any | None = None
+) -> list[dict[str, int]] | None:
+    """CUDA allocator numbers per GPU when torch is loaded with CUDA (never imports it).
+
+    Only the `devices` given (default: the current one) are read, since touching a GPU
+    the engine does not use would give it a CUDA context.
+    """
+    if cuda is None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return None
+        cuda = torch.cuda
+    indices = list(devices) if devices else [int(cuda.current_device())]
+    return [
+        {
+            "index": i,
+            "allocated": int(cuda.memory_allocated(i)),
+            "reserved": int(cuda.memory_reserved(i)),
+            "peak_allocated": int(cuda.max_memory_allocated(i)),
+        }
+        for i in indices
+    ]
+
+
+def summed(per_device: list[dict[str, int]] | None) -> dict[str, int] | None:
+    """Allocator totals over devices (the single-device shape /stats always had)."""
+    if per_device is None:
         return None
-    return {
-        "allocated": int(torch.cuda.memory_allocated()),
-        "reserved": int(torch.cuda.memory_reserved()),
-    }
+    return {key: sum(d[key] for d in per_device) for key in ("allocated", "reserved")}
 
 
 class Monitor:
@@ -96,8 +142,8 @@ class Monitor:
         self._gpu_util = Gauge("gpu_utilization_percent", "NVML util", labels, registry=registry)
         self._gpu_temp = Gauge("gpu_temperature_celsius", "NVML temp", labels, registry=registry)
 
-    def snapshot(self) -> dict[str, Any]:
-        """A JSON-ready reading, also pushed into the gauges."""
+    def snapshot(self, torch_devices: Sequence[int] | None = None) -> dict[str, Any]:
+        """A JSON-ready reading, also pushed into the gauges (labelled by NVML index)."""
         rss = int(self._process.memory_info().rss)
         self._rss.set(rss)
         gpus = read_gpus(self._nvml) if self._nvml is not None else []
@@ -105,13 +151,17 @@ class Monitor:
             label = str(g.index)
             self._gpu_used.labels(label).set(g.memory_used)
             self._gpu_total.labels(label).set(g.memory_total)
-            self._gpu_util.labels(label).set(g.utilization_pct)
-            self._gpu_temp.labels(label).set(g.temperature_c)
+            if g.utilization_pct is not None:
+                self._gpu_util.labels(label).set(g.utilization_pct)
+            if g.temperature_c is not None:
+                self._gpu_temp.labels(label).set(g.temperature_c)
+        per_device = torch_memory(torch_devices)
         return {
             "rss_bytes": rss,
             "cpu_percent": self._process.cpu_percent(interval=None),
             "threads": self._process.num_threads(),
             "open_fds": self._process.num_fds(),
             "gpus": [asdict(g) for g in gpus],
-            "torch_cuda": torch_memory(),
+            "torch_cuda": summed(per_device),
+            "torch_cuda_devices": per_device,
         }
