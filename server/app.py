@@ -17,7 +17,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from engine.async_engine import AsyncEngine
-from engine.builder import EngineConfig, EngineReport, build_engine
+from engine.builder import EngineConfig, EngineReport, build_engine_parts
+from engine.devices import device_index
 from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, load_nvml
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
@@ -171,9 +172,16 @@ class App:
 
     async def _load(self) -> None:
         started = time.perf_counter()
-        recognizer, scheduler, report = await asyncio.to_thread(build_engine, self.engine_config)
+        parts = await asyncio.to_thread(build_engine_parts, self.engine_config)
+        report = parts.report
         self.vad = await asyncio.to_thread(make_vad, self.config)
-        self.engine = AsyncEngine(recognizer, scheduler, EngineMetrics(self.registry))
+        self.engine = AsyncEngine(
+            parts.recognizers,
+            parts.scheduler,
+            EngineMetrics(self.registry),
+            parts.device_names,
+            feature_threads=report.feature_threads,
+        )
         self.engine.start()
         self.report = report
         self.metrics.cold_start.set(time.perf_counter() - started)
@@ -264,7 +272,7 @@ class App:
         return text_response(503, f"not ready: {reason}\n")
 
     def _metrics(self) -> Response:
-        self.monitor.snapshot()
+        self.monitor.snapshot(self._gpu_indices())
         if self.engine is not None:
             self.engine.metrics.queued.set(self.engine.scheduler.queued)
         return response(200, generate_latest(self.registry), "text/plain; version=0.0.4")
@@ -279,7 +287,7 @@ class App:
             "asyncio_tasks": len(asyncio.all_tasks()),
             "test_model": bool(self.report and self.report.test_model),
             "engine": self.report.to_dict() if self.report else None,
-            "process": self.monitor.snapshot(),
+            "process": self.monitor.snapshot(self._gpu_indices()),
         }
         if engine is not None:
             sched = engine.scheduler
@@ -292,11 +300,17 @@ class App:
                 "oom_splits": st.oom_splits,
             }
             out["memory"] = {
-                "budget_bytes": sched.budget.total,
-                "in_use_bytes": sched.budget.in_use,
+                "budget_bytes": sum(b.total for b in sched.budgets),
+                "in_use_bytes": sum(b.in_use for b in sched.budgets),
             }
+            out["devices"] = engine.device_stats()
             out["healthy"] = engine.healthy
         return out
+
+    def _gpu_indices(self) -> list[int]:
+        """The GPUs the engine runs on (torch allocator readings touch only those)."""
+        devices = self.report.devices if self.report else ()
+        return [device_index(d.device) for d in devices if d.device.startswith("cuda")]
 
     # ---- WebSocket ----------------------------------------------------------------
 

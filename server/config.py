@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.budget import parse_size
+from engine.devices import parse_devices
 from engine.model_dir import DEFAULT_MODEL_ID
 
 ENV_PREFIX = "SENSESTREAM_"
@@ -30,11 +31,13 @@ class ServerConfig:
     port: int = 8765
     backend: str = "onnx"
     precision: str = "auto"
-    device: str = "cpu"
+    device: str = "cpu"  # or several GPUs: cuda:0,cuda:1
     threads: int | None = None
     max_batch: str = "auto"
     max_wait_ms: float = 20.0
-    memory_budget: str | None = None
+    memory_budget: str | None = None  # per device
+    budget_fraction: float = 0.8  # of each GPU's free memory, when memory_budget is unset
+    tensorrt: bool = False
     vad: str = "fsmn"
     end_silence_ms: int = 500
     max_segment_ms: int = 15_000
@@ -74,6 +77,9 @@ class ServerConfig:
             raise ValueError("max_batch must be 'auto' or a positive integer")
         if self.memory_budget is not None:
             parse_size(self.memory_budget)
+        if not 0 < self.budget_fraction <= 1:
+            raise ValueError("budget_fraction must be within (0, 1]")
+        parse_devices(self.device)
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both certfile and keyfile")
 

@@ -25,6 +25,7 @@ def engine_config(config: ServerConfig, model: str) -> EngineConfig:
         precision=config.precision,
         device=config.device,
         threads=None if config.threads is None else int(config.threads),
+        tensorrt=config.tensorrt,
     )
     return EngineConfig(
         model=model,
@@ -32,6 +33,7 @@ def engine_config(config: ServerConfig, model: str) -> EngineConfig:
         max_batch=config.max_batch_value,
         max_wait_ms=config.max_wait_ms,
         memory_budget=config.memory_budget_bytes,
+        budget_fraction=config.budget_fraction,
         max_segment_ms=config.max_segment_ms,
     )
 
