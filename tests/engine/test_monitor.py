@@ -5,9 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from engine.monitor import Monitor, read_gpus
+from engine.monitor import Monitor, read_gpus, summed, torch_memory
 
 
 class FakeNvml:
@@ -59,3 +60,83 @@ def test_snapshot_and_gauges() -> None:
 def test_no_nvml_means_no_gpus() -> None:
     snapshot = Monitor(CollectorRegistry(), None).snapshot()
     assert snapshot["gpus"] == []
+
+
+class NVMLError(Exception):
+    """pynvml's base error class is named this; its subclasses are made per return code."""
+
+
+class NVMLError_NotSupported(NVMLError):  # pynvml's naming
+    pass
+
+
+class PartialNvml(FakeNvml):
+    """Device 0 has no utilization or temperature (a MIG slice); device 1 is lost."""
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        if handle is self.devices[0]:
+            raise NVMLError_NotSupported("not supported")
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        if handle is self.devices[0]:
+            raise NVMLError_NotSupported("not supported")
+        return super().nvmlDeviceGetTemperature(handle, sensor)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        if handle is self.devices[1]:
+            raise NVMLError("GPU is lost")
+        return super().nvmlDeviceGetMemoryInfo(handle)
+
+
+def test_unsupported_readings_are_none_and_a_lost_device_is_left_out() -> None:
+    gpus = read_gpus(PartialNvml())
+    assert [g.index for g in gpus] == [0]
+    assert gpus[0].utilization_pct is None and gpus[0].temperature_c is None
+    assert gpus[0].memory_used == 10 << 30
+
+
+def test_gauges_are_labelled_by_device_index_and_skip_missing_readings() -> None:
+    registry = CollectorRegistry()
+    snapshot = Monitor(registry, PartialNvml()).snapshot()
+    assert [g["index"] for g in snapshot["gpus"]] == [0]
+    text = generate_latest(registry).decode()
+    assert 'gpu_memory_used_bytes{gpu="0"} 1.073741824e+10' in text
+    assert 'gpu_utilization_percent{gpu="0"}' not in text
+    assert 'gpu="1"' not in text
+
+
+def test_other_errors_are_not_swallowed() -> None:
+    class Broken(FakeNvml):
+        def nvmlDeviceGetName(self, handle: Any) -> Any:
+            raise KeyError("a bug, not an NVML condition")
+
+    with pytest.raises(KeyError):
+        read_gpus(Broken())
+
+
+class FakeCuda:
+    """torch.cuda's allocator functions for devices 0 and 1."""
+
+    def current_device(self) -> int:
+        return 0
+
+    def memory_allocated(self, index: int) -> int:
+        return 100 * (index + 1)
+
+    def memory_reserved(self, index: int) -> int:
+        return 1000 * (index + 1)
+
+    def max_memory_allocated(self, index: int) -> int:
+        return 500 * (index + 1)
+
+
+def test_torch_memory_per_engine_device_and_summed() -> None:
+    per_device = torch_memory([0, 1], FakeCuda())
+    assert per_device == [
+        {"index": 0, "allocated": 100, "reserved": 1000, "peak_allocated": 500},
+        {"index": 1, "allocated": 200, "reserved": 2000, "peak_allocated": 1000},
+    ]
+    assert summed(per_device) == {"allocated": 300, "reserved": 3000}
+    assert torch_memory(None, FakeCuda()) == per_device[:1]  # the current device
+    assert summed(None) is None
