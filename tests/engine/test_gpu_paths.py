@@ -1,7 +1,8 @@
 """The GPU code paths: staging buffers, I/O binding, fp32 positions, provider options.
 
 What can run on the CPU runs here on the CPU (the same code with pinning and the device
-swapped out); the CUDA tests skip cleanly without a GPU.
+swapped out); the CUDA tests skip cleanly without a GPU. The clips are synthetic so that a
+GPU host without espeak-ng runs them too.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from engine.host_staging import ALIGN, HostStaging, pack_padded, plan
 from engine.loader import BackendOptions, create_backend, ensure_onnx
 from engine.model_dir import ModelDir, load_model_dir
 from engine.onnx_backend import OnnxBackend, cuda_options, select_providers, tensorrt_options
+from engine.parity import clips
 from engine.torch_backend import Fp32Positions, TorchBackend, keep_positions_fp32
 from engine.torch_model import load_ctc_argmax
 from engine.types import DecodeOptions
 from tests.engine.gpu import needs_cuda, needs_ort_cuda, needs_two_gpus
-from tests.speech import Clip
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
 
@@ -34,9 +35,9 @@ def model_dir(tiny_model_dir: Path) -> ModelDir:
 
 
 @pytest.fixture(scope="module")
-def feats(model_dir: ModelDir, speech_clips: list[Clip]) -> list[np.ndarray]:
+def feats(model_dir: ModelDir) -> list[np.ndarray]:
     frontend = Frontend.from_model_dir(model_dir.path)
-    return [frontend.features(c.audio) for c in speech_clips]
+    return [frontend.features(audio) for _, _, audio in clips([0.7, 2.0, 4.5, 9.0])]
 
 
 def options_for(n: int) -> list[DecodeOptions]:
