@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# One prepared check for a GPU host: install, build the full test model, parity, engine
+# benchmarks, GPU tests and a short server benchmark, all within about 8 minutes.
+#
+# Every step runs under `timeout` (capped by what is left of the overall deadline), logs to
+# $OUT/<step>.log and is recorded in $OUT/steps.jsonl, so one failing step loses nothing
+# else. $OUT/gpu_check.json gathers the steps, the environment and the key numbers.
+#
+# Usage:
+#   OUT=/some/dir scripts/gpu_check.sh            # on the GPU host (wheels from .whl/)
+#   scripts/gpu_check.sh --dry-run                # here: same steps, CPU, tiny model
+# Environment: OUT (default: a new temp dir), PYTHON (default python3, or .venv's python
+# in a dry run), DEADLINE_S (default 470), GPU_CHECK_WORK (default /tmp/sensestream-gpu),
+# GPU_CHECK_TTS=cache (use .whl/bench-speech even where espeak-ng exists, to test that path).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+DRY_RUN=0
+if [[ ${1:-} == --dry-run ]]; then DRY_RUN=1; fi
+OUT=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
+mkdir -p "$OUT"
+WORK=${GPU_CHECK_WORK:-/tmp/sensestream-gpu}
+mkdir -p "$WORK"
+START=$(date +%s)
+DEADLINE=$((START + ${DEADLINE_S:-470}))
+STEPS="$OUT/steps.jsonl"
+: >"$STEPS"
+
+if ((DRY_RUN)); then
+  PY=${PYTHON:-$REPO/.venv/bin/python}
+  DEVICE=cpu PRECISION=fp32 SIZE=tiny
+  BATCHES=1,2 SECONDS_LIST=2,10 REPEATS=1 PARITY_SECONDS=1,3
+  STREAMS=2 DURATION=6
+else
+  PY=${PYTHON:-python3}
+  DEVICE=cuda PRECISION=fp16 SIZE=full
+  BATCHES=1,2,4,8,16,32,64 SECONDS_LIST=3,10,15 REPEATS=5 PARITY_SECONDS=2,5,10
+  STREAMS=16,64 DURATION=20
+fi
+MODEL="$WORK/models/test-$SIZE"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+
+# record NAME STATUS RC SECONDS NOTE: one JSON line per step.
+record() {
+  "$PY" -c 'import json, sys; n, s, rc, t, note = sys.argv[1:]
+print(json.dumps({"step": n, "status": s, "rc": int(rc), "seconds": float(t), "note": note}))' \
+    "$@" >>"$STEPS" || echo "{\"step\": \"$1\", \"status\": \"$2\"}" >>"$STEPS"
+}
+
+skip() { # skip NAME REASON
+  echo "== $1: skipped ($2)"
+  record "$1" skipped 0 0 "$2"
+}
+
+# step NAME CAP_S COMMAND...: run under timeout; returns the command's status.
+step() {
+  local name=$1 cap=$2
+  shift 2
+  local left=$((DEADLINE - $(date +%s) - 10))
+  if ((left < 15)); then
+    skip "$name" "out of time before it started"
+    return 1
+  fi
+  local limit=$((cap < left ? cap : left))
+  local t0 rc status ms
+  t0=$(date +%s%N)
+  echo "== $name (limit ${limit}s)"
+  # The steps are shell functions: a child bash runs them, in timeout's process group so
+  # that a server a step spawned dies with it.
+  timeout -k 10 "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  case $rc in
+    0) status=ok ;;
+    124 | 137) status=timeout ;;
+    *) status=failed ;;
+  esac
+  record "$name" "$status" "$rc" "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" \
+    "log: $name.log"
+  echo "   $status (rc $rc)"
+  tail -n 3 "$OUT/$name.log" | sed 's/^/   | /'
+  return $rc
+}
+
+environment() {
+  "$PY" - "$OUT/env.json" <<'EOF'
+import json, os, shutil, sys
+info = {"python": sys.version.split()[0], "cpus": len(os.sched_getaffinity(0))}
+try:
+    import torch
+    info["torch"] = torch.__version__
+    info["torch_cuda"] = torch.version.cuda
+    info["cuda_available"] = torch.cuda.is_available()
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        info["gpu"] = torch.cuda.get_device_name()
+        info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_free_bytes"], info["gpu_total_bytes"] = free, total
+        info["bf16"] = torch.cuda.is_bf16_supported()
+except ImportError as exc:
+    info["torch"] = f"missing: {exc}"
+try:
+    import onnxruntime as ort
+    info["onnxruntime"] = ort.__version__
+    info["ort_providers"] = ort.get_available_providers()
+except ImportError as exc:
+    info["onnxruntime"] = f"missing: {exc}"
+info["espeak_ng"] = shutil.which("espeak-ng") is not None
+info["sox"] = shutil.which("sox") is not None
+json.dump(info, open(sys.argv[1], "w"), indent=1)
+print(json.dumps(info))
+EOF
+}
+
+install_wheels() {
+  rm -rf /tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+}
+
+check_imports() {
+  "$PY" -c 'import funasr
+from funasr.models.sense_voice.model import SenseVoiceSmall
+import server.app, engine.parity, streaming.vad_fsmn
+from streaming.vad_fsmn import FsmnVadModel
+FsmnVadModel.from_package()
+print("imports ok")'
+}
+
+build_model() {
+  if [[ -f $MODEL/model.pt && -f $MODEL/sensestream_test_model.json ]]; then
+    echo "reusing $MODEL"
+    return 0
+  fi
+  "$PY" scripts/make_test_model.py --size "$SIZE" --out "$MODEL"
+}
+
+bench_torch() {
+  "$PY" scripts/bench_engine.py --model "$MODEL" --backend torch --device "$DEVICE" \
+    --precision "$PRECISION" --batch "$BATCHES" --seconds "$SECONDS_LIST" \
+    --repeats "$REPEATS" --feature-threads 8 --json "$OUT/bench_engine_torch_$PRECISION.json"
+}
+
+parity() { # parity PRECISION
+  "$PY" -m engine.parity --model "$MODEL" --backend torch --device "$DEVICE" \
+    --precision "$1" --seconds "$PARITY_SECONDS" --json "$OUT/parity_torch_$1.json"
+}
+
+gpu_tests() {
+  "$PY" -m pytest -p no:cacheprovider -m gpu tests/engine -q -rs --timeout 300 \
+    --junitxml "$OUT/gpu_tests.xml"
+}
+
+# bench.py needs espeak-ng and sox only to fill its speech cache; .whl/bench-speech
+# (made by gpu_wheels.sh) holds every sentence, so stand-ins that refuse to run suffice.
+speech_dir() {
+  if [[ ${GPU_CHECK_TTS:-auto} != cache ]] && command -v espeak-ng >/dev/null &&
+    command -v sox >/dev/null; then
+    echo "$WORK/bench-speech"
+    return 0
+  fi
+  [[ -d .whl/bench-speech ]] || return 1
+  mkdir -p "$WORK/no-tts"
+  for tool in espeak-ng sox; do
+    printf '#!/bin/sh\necho "%s is not installed; bench speech must come from the cache" >&2\nexit 127\n' \
+      "$tool" >"$WORK/no-tts/$tool"
+    chmod +x "$WORK/no-tts/$tool"
+  done
+  echo "$REPO/.whl/bench-speech"
+}
+
+server_bench() { # server_bench SPEECH_DIR
+  PATH="$WORK/no-tts:$PATH" "$PY" scripts/bench.py --spawn-server "$MODEL" --no-baseline \
+    --server-args "--backend torch --device $DEVICE --precision $PRECISION" \
+    --streams "$STREAMS" --duration "$DURATION" --speech-dir "$1" \
+    --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/bench_server.json"
+}
+
+ort_ready() {
+  "$PY" -c 'import onnxruntime as o, sys
+sys.exit(0 if "CUDAExecutionProvider" in o.get_available_providers() else 1)'
+}
+
+ort_cuda() { # the ONNX Runtime side: export, parity and benchmark
+  local precision=$1 device=$2
+  local flag="--$precision"
+  [[ $precision == fp32 ]] && flag=""
+  "$PY" scripts/export_onnx.py --model "$MODEL" $flag &&
+    "$PY" -m engine.parity --model "$MODEL" --backend onnx --device "$device" \
+      --precision "$precision" --seconds "$PARITY_SECONDS" \
+      --json "$OUT/parity_onnx_$precision.json" &&
+    "$PY" scripts/bench_engine.py --model "$MODEL" --backend onnx --device "$device" \
+      --precision "$precision" --batch "$BATCHES" --seconds 10 --repeats "$REPEATS" \
+      --feature-threads 8 --json "$OUT/bench_engine_onnx_$precision.json"
+}
+
+summarise() {
+  "$PY" - "$OUT" "$DRY_RUN" "$START" <<'EOF' >"$OUT/gpu_check.json"
+import json, sys, time
+from pathlib import Path
+out, dry, start = Path(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
+def load(name):
+    try:
+        return json.loads((out / name).read_text())
+    except (OSError, ValueError):
+        return None
+steps = [json.loads(l) for l in (out / "steps.jsonl").read_text().splitlines() if l.strip()]
+report = {"dry_run": dry, "seconds": round(time.time() - start, 1), "env": load("env.json"),
+          "steps": steps, "engine": {}, "parity": {}}
+for path in sorted(out.glob("bench_engine_*.json")):
+    data = load(path.name) or {}
+    report["engine"][path.stem] = {k: data.get(k) for k in ("backend", "gpu", "memory_budget_bytes", "cost_scale", "targets")}
+for path in sorted(out.glob("parity_*.json")):
+    data = load(path.name) or {}
+    report["parity"][path.stem] = {k: v for k, v in data.items() if k != "clips"}
+server = load("bench_server.json")
+report["server_bench"] = None if server is None else {"file": "bench_server.json", "keys": sorted(server)}
+print(json.dumps(report, indent=1))
+EOF
+}
+
+export OUT WORK REPO PY DEVICE PRECISION SIZE MODEL BATCHES SECONDS_LIST REPEATS \
+  PARITY_SECONDS STREAMS DURATION
+export -f environment install_wheels check_imports build_model bench_torch parity gpu_tests \
+  server_bench ort_cuda
+trap 'summarise; echo "== summary: $OUT/gpu_check.json"' EXIT
+
+echo "gpu_check: out=$OUT dry_run=$DRY_RUN device=$DEVICE model=$MODEL"
+step env 30 environment
+if ((DRY_RUN)); then
+  skip install "dry run: this checkout's environment"
+else
+  step install 90 install_wheels
+  export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+step imports 90 check_imports
+step model 150 build_model
+step bench_torch 180 bench_torch
+step parity_torch 120 parity "$PRECISION"
+if ((!DRY_RUN)); then
+  step parity_torch_bf16 90 parity bf16
+fi
+step gpu_tests 150 gpu_tests
+if SPEECH=$(speech_dir); then
+  step server_bench 180 server_bench "$SPEECH"
+else
+  skip server_bench "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
+fi
+if ((DRY_RUN)); then
+  step onnx 120 ort_cuda int8 cpu # the same step on the CPU provider
+elif ort_ready; then
+  step onnx_cuda 200 ort_cuda fp16 "$DEVICE"
+else
+  skip onnx_cuda "onnxruntime has no CUDAExecutionProvider here (a CPU-only wheel): ORT-CUDA not measured"
+fi

