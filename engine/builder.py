@@ -185,6 +185,9 @@ def build_engine_parts(
     loaded = time.perf_counter()
     first = devices[0]
     cost = calibrated_cost(first.recognizer, first.memory, config)
+    for other in devices[1:]:
+        # Kernel selection and library handles are per device: pay for them before serving.
+        time_batch(other.recognizer, 1, config.autotune_seconds)
     curve: tuple[dict[str, float], ...] = ()
     if config.max_batch is not None:
         max_batch = config.max_batch

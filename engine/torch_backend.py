@@ -133,6 +133,10 @@ class TorchBackend:
                 else:
                     ids, lens = self._run_staged(feats, language, textnorm)
         except torch.OutOfMemoryError as exc:
+            if self._device.type == "cuda":
+                # The failed batch's blocks stay cached and fragmented; the scheduler retries
+                # with halves, which should find the memory whole.
+                torch.cuda.empty_cache()
             raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
         # Copies: the staged arrays are views of a buffer the next batch overwrites.
         return [ids[i, : int(lens[i])].copy() for i in range(len(feats))]
