@@ -90,6 +90,8 @@ class AsyncEngine:
             if feature_threads > 1
             else None
         )
+        for worker in self._workers:
+            self.device_metrics.add(worker.name)
         self._max_in_flight = max_in_flight
         self._channels: dict[str, asyncio.Queue[InferenceResult]] = {}
         self._wake = asyncio.Event()

@@ -26,3 +26,8 @@ class DeviceMetrics:
         self.busy = Counter(
             "engine_device_busy_seconds", "Time a device spent on batches", labels, registry=r
         )
+
+    def add(self, device: str) -> None:
+        """Create the device's series at zero, so they exist before its first batch."""
+        for metric in (self.budget, self.in_use, self.in_flight, self.batches, self.busy):
+            metric.labels(device)
