@@ -1,17 +1,20 @@
-"""Multi-device dispatch: the least-loaded policy, device lists, and per-device budgets."""
+"""Multi-device dispatch: the least-loaded policy, device lists, per-device budgets, and
+two devices on a fake clock with fake backends of declared cost and memory."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.budget import Architecture, CostModel, MemoryBudget
 from engine.devices import device_index, parse_devices
 from engine.dispatch import DeviceLoad, by_least_loaded
 from engine.errors import EngineError
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.scheduler import Batch, Scheduler, SchedulerConfig
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
-from tests.engine.test_scheduler import frames_of
+from tests.engine.test_scheduler import FakeBackend, frames_of
 
 MIB = 1 << 20
 
@@ -129,3 +132,94 @@ def test_one_device_behaves_as_before() -> None:
     assert batch is not None and batch.device == 0
     scheduler.complete(batch)
     assert scheduler.budget.in_use == 0
+
+
+def simulate_devices(
+    scheduler: Scheduler, arrivals: list[InferenceRequest], backends: list[FakeBackend]
+) -> tuple[list[InferenceRequest], list[InferenceRequest], list[int]]:
+    """The AsyncEngine's dispatch on a fake clock: a free device, least loaded first, takes
+    the next batch; each device runs one batch at a time for its declared duration.
+
+    Returns (answered, errored, peak budget use per device).
+    """
+    pending = sorted(arrivals, key=lambda r: r.arrival)
+    busy: list[tuple[float, Batch] | None] = [None] * len(backends)
+    done = [0] * len(backends)
+    now, answered, errored, peaks = 0.0, [], [], [0] * len(backends)
+    while pending or scheduler.queued or any(busy):
+        while pending and pending[0].arrival <= now:
+            scheduler.submit(pending.pop(0), now)
+        for i, slot in enumerate(busy):
+            if slot is not None and slot[0] <= now:
+                scheduler.complete(slot[1])
+                answered += slot[1].requests
+                done[i] += slot[1].frames * len(slot[1].requests)
+                busy[i] = None
+        scheduler.drop_stale(now)
+        loads = [
+            DeviceLoad(i, int(b is not None), 0 if b is None else b[1].frames, done[i])
+            for i, b in enumerate(busy)
+        ]
+        for index in by_least_loaded(loads):
+            batch = scheduler.next_batch(now, index)
+            if batch is None:
+                continue
+            peaks[index] = max(peaks[index], scheduler.budgets[index].in_use)
+            assert scheduler.budgets[index].in_use <= scheduler.budgets[index].total
+            duration = backends[index].run(batch)
+            if duration is None:  # out of memory: the halves go back in the queue
+                scheduler.complete(batch)
+                lone = scheduler.split_after_oom(batch)
+                errored += [lone] if lone is not None else []
+                continue
+            busy[index] = (now + duration, batch)
+        errored += scheduler.take_rejected()
+        events = [b[0] for b in busy if b is not None]
+        events += [pending[0].arrival] if pending else []
+        wake = scheduler.next_wakeup()
+        events += [wake] if wake is not None and wake > now else []
+        if not events:
+            if scheduler.queued and not any(busy):
+                break  # nothing can ever run: left for the assertions to catch
+            continue
+        now = max(now, min(events))
+    return answered, errored, peaks
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    arrivals=st.lists(
+        st.tuples(st.integers(0, 7), st.floats(0.3, 15.0), st.floats(0.0, 3.0)), max_size=50
+    ),
+    budgets_mb=st.tuples(st.integers(60, 400), st.integers(60, 400)),
+)
+def test_two_devices_keep_their_budgets_and_answer_every_final_once(
+    arrivals: list[tuple[int, float, float]], budgets_mb: tuple[int, int]
+) -> None:
+    scheduler = two_devices(budgets_mb[0] << 20, budgets_mb[1] << 20, max_batch=6)
+    requests = [
+        InferenceRequest(
+            f"s{s}",
+            i,
+            RequestKind.FINAL,
+            np.zeros(int(sec * 16000), np.float32),
+            DecodeOptions(),
+            at,
+        )
+        for i, (s, sec, at) in enumerate(arrivals)
+    ]
+    backends = [FakeBackend(scheduler.cost, memory=b << 20) for b in budgets_mb]
+    answered, errored, peaks = simulate_devices(scheduler, requests, backends)
+    assert sorted(id(r) for r in answered + errored) == sorted(id(r) for r in requests)
+    assert all(p <= b.total for p, b in zip(peaks, scheduler.budgets, strict=True))
+    assert all(b.in_use == 0 for b in scheduler.budgets)
+
+
+def test_the_faster_device_takes_more_batches_on_a_fake_clock() -> None:
+    scheduler = two_devices(1 << 30, 1 << 30, max_batch=2)
+    requests = [final(f"s{i}", 4.0, arrival=i * 0.01) for i in range(60)]
+    slow = FakeBackend(scheduler.cost, memory=1 << 30, overhead=0.2)
+    fast = FakeBackend(scheduler.cost, memory=1 << 30, overhead=0.02)
+    answered, errored, _ = simulate_devices(scheduler, requests, [slow, fast])
+    assert len(answered) == 60 and not errored
+    assert len(fast.ran) > 3 * len(slow.ran) > 0
