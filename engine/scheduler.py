@@ -127,7 +127,7 @@ class Scheduler:
     def submit(self, request: InferenceRequest, now: float) -> list[InferenceRequest]:
         """Queue a request; returns the partials it made redundant (dropped)."""
         item = self._queued(request)
-        if request.kind is RequestKind.FINAL:
+        if request.kind.urgent:
             bisect.insort(self._finals, item)
             old = self._partials.pop(request.key, None)
             if old is None:

@@ -69,10 +69,20 @@ class Transcript:
 
 
 class RequestKind(enum.Enum):
-    """A partial is a provisional decode of speech so far; a final closes an utterance."""
+    """A partial is a provisional decode of speech so far; a final closes an utterance.
+
+    An early decode covers the utterance up to where a pause began, sent before the VAD
+    has decided; it is the final when the pause lasts, so it queues like one.
+    """
 
     PARTIAL = "partial"
     FINAL = "final"
+    EARLY = "early"
+
+    @property
+    def urgent(self) -> bool:
+        """Queued ahead of partials, never dropped or replaced."""
+        return self is not RequestKind.PARTIAL
 
 
 @dataclass(frozen=True, slots=True)

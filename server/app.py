@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
 import uuid
@@ -86,6 +87,7 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
         ),
         model_name=report.model,
         test_model=report.test_model,
+        early_final_ms=config.early_final_ms,
     )
 
 
@@ -134,6 +136,7 @@ class App:
                     # A hard cap for the library; our own limits answer with an error event.
                     max_size=4 * max(self.config.max_frame_bytes, self.config.max_text_bytes),
                     ssl=self._ssl_context(),
+                    write_limit=self.config.send_buffer_bytes or 32 * 1024,
                 )
             )
             if self.config.metrics_port is not None:
@@ -324,6 +327,8 @@ class App:
             await ws.send(dump_event(ErrorEvent(refusal.code, refusal.message)))
             await ws.close(refusal.close_code, "try again later")
             return
+        if self.config.send_buffer_bytes is not None:
+            _limit_send_buffer(ws, self.config.send_buffer_bytes)
         session_id = uuid.uuid4().hex[:12]
         session = Session(session_id, session_config(self.config, self.report), self.vad)
         conn = Connection(
@@ -358,6 +363,13 @@ class App:
 
 async def _refuse(ws: ServerConnection) -> None:
     await ws.close(1008, "no WebSocket on the operational port")
+
+
+def _limit_send_buffer(ws: ServerConnection, size: int) -> None:
+    """Fix the kernel send buffer (no autotuning), so TCP pushes back on slow readers early."""
+    sock = ws.transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 def _peer(ws: ServerConnection) -> str:

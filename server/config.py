@@ -45,6 +45,7 @@ class ServerConfig:
     preroll_ms: int = 100
     partial_interval_ms: int = 400
     adaptive_partials: bool = True
+    early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
     shutdown_timeout_s: float = 30.0
     fallback_test_model: bool = True
     test_model_cache: str | None = None
@@ -61,6 +62,9 @@ class ServerConfig:
     max_session_s: float = 4 * 3600.0
     idle_timeout_s: float = 30.0
     max_pending_events: int = 256
+    # Per-connection send buffering (kernel SO_SNDBUF and the library's write buffer):
+    # None keeps the kernel's autotuning; a small value bounds what a slow reader can hold.
+    send_buffer_bytes: int | None = None
     # Access
     api_keys: str | None = None
     api_keys_file: str | None = None
@@ -80,6 +84,10 @@ class ServerConfig:
         if not 0 < self.budget_fraction <= 1:
             raise ValueError("budget_fraction must be within (0, 1]")
         parse_devices(self.device)
+        if self.send_buffer_bytes is not None and self.send_buffer_bytes < 1024:
+            raise ValueError("send_buffer_bytes must be at least 1024")
+        if self.early_final_ms < 0:
+            raise ValueError("early_final_ms must be >= 0")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both certfile and keyfile")
 

@@ -139,6 +139,9 @@ class Final:
     end_ms: int
     transcript: Transcript
     show: Mapping[str, bool] = field(default_factory=dict)
+    # Stream position when the VAD closed the utterance: decided_ms - end_ms is the VAD's
+    # end-silence, and what follows it is engine and transport latency.
+    decided_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,7 @@ def _final_fields(event: Final) -> dict[str, Any]:
         "utt_id": event.utt_id,
         "start_ms": event.start_ms,
         "end_ms": event.end_ms,
+        "decided_ms": event.decided_ms,
         "text": t.text,
         "lang": t.lang,
         "itn": t.itn,

@@ -52,6 +52,13 @@ class SessionConfig:
     limits: SessionLimits = field(default_factory=SessionLimits)
     model_name: str = ""
     test_model: bool = False
+    # Decode the utterance once the VAD has heard this much of a pause, before its
+    # end-silence runs out; when the pause lasts, that decode is the final. 0 turns it off.
+    early_final_ms: int = 200
+
+    def __post_init__(self) -> None:
+        if self.early_final_ms < 0:
+            raise ValueError("early_final_ms must be >= 0")
 
     @property
     def block_samples(self) -> int:
@@ -89,7 +96,12 @@ class _Utterance:
     start: int
     last_partial: int
     partial_text: str = ""
+    partial_end: int = 0  # stream end of the audio behind the partial on show
     final_requested: bool = False
+    decided: int | None = None  # stream samples received when the VAD closed it
+    final_request: InferenceRequest | None = None  # the decode whose answer is the final
+    early: InferenceRequest | None = None  # a decode of [start, the pending end)
+    early_result: InferenceResult | None = None
 
 
 class Session:
@@ -146,8 +158,12 @@ class Session:
         """Take the engine's answer for one of this session's requests."""
         req = result.request
         utt = self._utts.get(req.utterance_id)
-        if req.kind is RequestKind.PARTIAL:
-            if utt is not None and not utt.final_requested and result.transcript is not None:
+        if utt is not None and req is utt.early and req is not utt.final_request:
+            utt.early_result = result  # the pause may yet last: keep it for the decision
+        if req.kind is RequestKind.PARTIAL or utt is None or req is not utt.final_request:
+            # A partial, or an early decode that is not (yet) the final, shows as a partial.
+            showable = utt is not None and not utt.final_requested and self._toggle("partials")
+            if showable and utt is not None and result.transcript is not None:
                 self._emit_partial(req, utt, result.transcript)
             return
         if req.utterance_id not in self._owed:
@@ -245,7 +261,7 @@ class Session:
             events += self._vad.flush()
         for seg in self._segmenter.block(events, self._fed, self._ring.start):
             self._on_segment(seg, now)
-        if not final:
+        if not final and not self._maybe_early_final(now):
             self._maybe_partial(now)
 
     def _on_segment(self, seg: SegmentEvent, now: float) -> None:
@@ -255,6 +271,7 @@ class Session:
             return
         utt = self._utts.setdefault(seg.utt_id, _Utterance(seg.start, seg.start))
         utt.final_requested = True
+        utt.decided = self._fed
         self._owed[seg.utt_id] = None
         options = self._decode_options()
         if seg.discarded:
@@ -264,8 +281,52 @@ class Session:
                 seg.utt_id, seg.start, request, empty_transcript(options.itn), end=seg.end
             )
             return
+        if self._early_decode_is_final(utt, seg):
+            return
         audio = self._ring.read(seg.start, seg.end)
-        self._requests.append(self._request(seg, RequestKind.FINAL, audio, now))
+        utt.final_request = self._request(seg, RequestKind.FINAL, audio, now)
+        self._requests.append(utt.final_request)
+
+    def _early_decode_is_final(self, utt: _Utterance, seg: SegmentEvent) -> bool:
+        """The pause lasted: the early decode of exactly this span becomes the final."""
+        early = utt.early
+        if early is None or seg.forced or early.start_sample != seg.start:
+            return False
+        if early.start_sample + early.num_samples != seg.end:
+            return False
+        utt.final_request = early
+        result = utt.early_result
+        if result is not None:
+            utt.early_result = None
+            self.receive_result(result, 0.0)
+        return True
+
+    def _maybe_early_final(self, now: float) -> bool:
+        """Decode the open utterance up to the VAD's pending end once a pause is long enough.
+
+        Sent with a final's priority; if the pause lasts, its answer is the final and the
+        end-silence no longer adds a decode's time to the wait. If speech resumes, its
+        answer still shows as a partial.
+        """
+        utt_id = self._segmenter.open_utt_id
+        start = self._segmenter.open_start
+        early_ms = self._config.early_final_ms
+        if utt_id is None or start is None or early_ms == 0:
+            return False
+        end = self._vad.pending_end()
+        utt = self._utts.get(utt_id)
+        if end is None or utt is None or end <= start:
+            return False
+        if self._fed - end < early_ms * SAMPLE_RATE // 1000:
+            return False
+        if utt.early is not None and utt.early.start_sample + utt.early.num_samples == end:
+            return False  # this pause already has its decode
+        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, start)
+        utt.early = self._request(seg, RequestKind.EARLY, self._ring.read(start, end), now)
+        utt.early_result = None
+        utt.last_partial = self._fed
+        self._requests.append(utt.early)
+        return True
 
     def _maybe_partial(self, now: float) -> None:
         utt_id = self._segmenter.open_utt_id
@@ -288,6 +349,10 @@ class Session:
         )
 
     def _emit_partial(self, req: InferenceRequest, utt: _Utterance, t: Transcript) -> None:
+        end = req.start_sample + req.num_samples
+        if end <= utt.partial_end:
+            return  # an early decode answered after a longer partial: keep the newer text
+        utt.partial_end = end
         stable = common_prefix(utt.partial_text, t.text)
         utt.partial_text = t.text
         tags = {"lang": t.lang}
@@ -309,7 +374,9 @@ class Session:
     ) -> Final:
         stop = end if end is not None else start + req.num_samples
         show = {name: self._toggle(name) for name in ("emotion", "event", "timestamps")}
-        return Final(utt_id, samples_to_ms(start), samples_to_ms(stop), transcript, show)
+        utt = self._utts.get(utt_id)
+        decided = None if utt is None or utt.decided is None else samples_to_ms(utt.decided)
+        return Final(utt_id, samples_to_ms(start), samples_to_ms(stop), transcript, show, decided)
 
     def _deliver_finals(self) -> None:
         # Finals go out in utterance order even when the engine answers out of order.

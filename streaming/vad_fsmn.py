@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -30,6 +31,14 @@ E2E_MAX_SEGMENT_MS = 600_000
 
 _MODEL_FILES = ("model.onnx", "am.mvn", "config.yaml")
 
+#: funasr's `VadStateMachine.kVadInStateInSpeechSegment`.
+_IN_SPEECH = 2
+
+
+def _state_value(state: Any) -> int:
+    """funasr's state enums are plain Enums holding ints."""
+    return int(getattr(state, "value", state))
+
 
 class _Frontend(Protocol):
     """The part of funasr_onnx's `WavFrontendOnline` that we call."""
@@ -46,6 +55,10 @@ class _Scorer(Protocol):
 
     frm_cnt: int
     decibel: Any
+    vad_opts: Any
+    vad_state_machine: Any
+    continous_silence_frame_count: int  # sic: funasr's spelling
+    max_end_sil_frame_cnt_thresh: int
 
     def __call__(
         self,
@@ -272,6 +285,31 @@ class FsmnVadStream:
             self._in_speech = False
             events.append(VadEvent(VadEventKind.SPEECH_END, self._processed))
         return events
+
+    def pending_end(self) -> int | None:
+        """Where funasr's endpointer will put the end if the pause under way lasts.
+
+        It mirrors `E2EVadModel.DetectOneFrame`: the end is declared once the silence run
+        reaches `max_end_sil_frame_cnt_thresh`, placed `lookback` frames before that frame,
+        and reported as the frame after it (`PopDataToOutputBuf`).
+        """
+        scorer = self._scorer
+        silent = int(scorer.continous_silence_frame_count)
+        if (
+            not self._in_speech
+            or silent <= 0
+            or _state_value(scorer.vad_state_machine) != _IN_SPEECH
+        ):
+            return None
+        opts = scorer.vad_opts
+        frame_ms = int(opts.frame_in_ms)
+        threshold = scorer.max_end_sil_frame_cnt_thresh
+        lookback = int(threshold / frame_ms)
+        if opts.do_extend:
+            lookback = max(0, lookback - int(opts.lookahead_time_end_point / frame_ms) - 1)
+        to_decision = max(0, math.ceil(threshold / frame_ms) - silent)
+        end_frame = scorer.frm_cnt - 1 + to_decision - lookback
+        return max((end_frame + 1) * frame_ms * SAMPLES_PER_MS, self._last_sample)
 
     def _run(self, block: FloatArray) -> list[VadEvent]:
         """Score one block through frontend, FSMN and funasr's endpointer."""

@@ -44,6 +44,14 @@ class StreamingVad(Protocol):
         """End of stream: decide on what is buffered and close any open speech."""
         ...
 
+    def pending_end(self) -> int | None:
+        """Where speech would end if the pause now under way lasts; None when not pausing.
+
+        When the pause does last, the SPEECH_END that follows carries exactly this sample,
+        so a caller may decode the utterance before the end-silence has run out.
+        """
+        ...
+
 
 class VadModel(Protocol):
     """Shared, loaded-once detector weights that make per-session streams."""

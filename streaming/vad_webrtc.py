@@ -98,6 +98,10 @@ class WebrtcVadStream:
         self._in_speech = False
         return [VadEvent(VadEventKind.SPEECH_END, self._processed + self._blocks.pending)]
 
+    def pending_end(self) -> int | None:
+        """The end a SPEECH_END would carry if the current unvoiced run lasts."""
+        return self._voiced_until if self._in_speech and self._unvoiced_run > 0 else None
+
     def _frame(self, frame: FloatArray) -> VadEvent | None:
         """Classify one 30 ms frame and advance the start/end hysteresis."""
         begin = self._processed

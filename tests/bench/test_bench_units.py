@@ -61,10 +61,10 @@ def test_a_short_run_still_holds_one_utterance() -> None:
 def test_finals_match_the_utterance_they_overlap_most() -> None:
     utts = [bench.Utterance(10, 39, 1000, 3950), bench.Utterance(60, 99, 6000, 9950)]
     finals = [
-        (0, 900.0, 4300.0, 5.0),
-        (1, 5900.0, 7000.0, 8.0),  # the VAD split the second utterance
-        (2, 7100.0, 10300.0, 11.0),
-        (3, 4500.0, 5000.0, 6.0),  # noise between them
+        (0, 900.0, 4300.0, 5.0, None),
+        (1, 5900.0, 7000.0, 8.0, None),  # the VAD split the second utterance
+        (2, 7100.0, 10300.0, 11.0, None),
+        (3, 4500.0, 5000.0, 6.0, None),  # noise between them
     ]
     matched, unmatched = bench.match_finals(utts, finals)
     assert unmatched == 1
@@ -76,13 +76,28 @@ def test_stream_latencies_come_from_send_times() -> None:
     plan = bench.StreamPlan(0.0, (b"",) * 30, (bench.Utterance(2, 11, 200, 1150),))
     log = bench.StreamLog(t0=100.0, sent_at=[100.0 + i / 10 for i in range(30)])
     log.partials = [(0, 100.6), (0, 101.0), (0, 101.5)]
-    log.finals = [(0, 100.0, 1700.0, 102.3)]
+    log.finals = [(0, 100.0, 1700.0, 102.3, 1800.0)]
     samples = bench.Samples()
     bench.collect_stream(plan, log, samples)
     assert samples.final == pytest.approx([1200.0])  # 102.3 - sent_at[11] (101.1)
+    # The server decided at 1800 ms of audio, 650 ms after the speech ended at 1150 ms; the
+    # frame ending at 1800 ms (index 17) went out at 101.7.
+    assert samples.vad_end_silence == pytest.approx([650.0])
+    assert samples.after_vad == pytest.approx([600.0])
     assert samples.first_partial == pytest.approx([400.0])  # 100.6 - sent_at[2]
     assert samples.partial_gaps == pytest.approx([400.0, 500.0])
     assert (samples.matched, samples.extra, samples.unmatched) == (1, 0, 0)
+
+
+def test_the_criterion_uses_the_measured_vad_split_when_the_server_gives_it() -> None:
+    p = bench.percentiles
+    old_server = bench.Latency(p([900.0]), p([400.0]), p([]), p([]), p([]), p([]))
+    assert bench.judged_final_latency(old_server)[0].p95 == 400.0
+    new_server = bench.Latency(p([900.0]), p([400.0]), p([650.0]), p([250.0]), p([]), p([]))
+    assert bench.judged_final_latency(new_server)[0].p95 == 250.0
+    assert bench.judge(new_server, 0, 0, bench.Criteria(max_final_latency_ms=200.0)) == (
+        "final latency p95 250.0 ms > 200.0",
+    )
 
 
 def test_histogram_delta_quantiles_and_batch_buckets() -> None:

@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from engine.types import InferenceRequest, InferenceResult, Token, Transcript
+from engine.types import InferenceRequest, InferenceResult, RequestKind, Token, Transcript
 from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 
 FRAME = 160  # 10 ms at 16 kHz
@@ -48,6 +48,9 @@ class EnergyVadStream:
                 events.append(VadEvent(VadEventKind.SPEECH_END, self._last_voiced_end))
                 self._in_speech = False
 
+    def pending_end(self) -> int | None:
+        return self._last_voiced_end if self._in_speech and self._silent > 0 else None
+
     def flush(self) -> list[VadEvent]:
         self._pos += len(self._pending)
         self._pending = np.zeros(0, np.float32)
@@ -76,6 +79,22 @@ def fake_transcript(request: InferenceRequest) -> Transcript:
     duration_ms = request.num_samples * 1000 // 16000
     token = Token(1, text, 0, duration_ms)
     return Transcript(text, "en", "neutral", "speech", request.options.itn, text, (token,))
+
+
+def final_requests(requests: list[InferenceRequest]) -> list[InferenceRequest]:
+    """Per utterance, the decode whose answer is its final: the FINAL one, else the last EARLY.
+
+    An early decode becomes the final when the pause it was sent in lasted; then the
+    session sends no FINAL for that utterance.
+    """
+    chosen: dict[int, InferenceRequest] = {}
+    for r in requests:
+        if r.kind is RequestKind.FINAL or (
+            r.kind is RequestKind.EARLY
+            and chosen.get(r.utterance_id, r).kind is not RequestKind.FINAL
+        ):
+            chosen[r.utterance_id] = r
+    return [chosen[k] for k in sorted(chosen)]
 
 
 def answer(request: InferenceRequest) -> InferenceResult:

@@ -15,7 +15,7 @@ from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig, common_prefix
 from tests.speech import chunks, to_s16le
-from tests.streaming.fakes import EnergyVadModel, answer
+from tests.streaming.fakes import EnergyVadModel, answer, final_requests
 
 SR = 16000
 BYTES_PER_S = 2 * SR  # s16le mono
@@ -103,9 +103,7 @@ def test_final_audio_is_the_exact_source_slice() -> None:
     audio = tone_bursts([(0.5, 2.0)], 3.0)
     data = to_s16le(audio)
     source = np.frombuffer(data, "<i2").astype(np.float32) / 32768
-    requests = [
-        r for r in collect_requests(make_session(), data, 999) if r.kind is RequestKind.FINAL
-    ]
+    requests = final_requests(collect_requests(make_session(), data, 999))
     assert len(requests) == 1
     r = requests[0]
     np.testing.assert_array_equal(r.audio, source[r.start_sample : r.start_sample + r.num_samples])
@@ -115,9 +113,7 @@ def test_long_speech_is_cut_contiguously() -> None:
     audio = tone_bursts([(0.2, 9.7)], 10.0)
     config = SegmenterConfig(max_segment_ms=3000, preroll_ms=0)
     session = Session("s", SessionConfig(segmenter=config), EnergyVadModel())
-    requests = [
-        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind.value == "final"
-    ]
+    requests = final_requests(collect_requests(session, to_s16le(audio), 1600))
     assert len(requests) >= 3
     for a, b in itertools.pairwise(requests):
         assert a.start_sample + a.num_samples == b.start_sample
@@ -144,7 +140,7 @@ def test_partials_arrive_during_speech_and_late_ones_are_dropped() -> None:
         session.receive_audio(piece, now=i * 0.1)
         held += session.requests_to_submit()
     partial_reqs = [r for r in held if r.kind is RequestKind.PARTIAL]
-    final_reqs = [r for r in held if r.kind is RequestKind.FINAL]
+    final_reqs = final_requests(held)
     assert len(partial_reqs) >= 5 and len(final_reqs) == 1
     # Answer the final first: the late partial must not reach the client.
     session.receive_result(answer(final_reqs[0]), now=1.0)
@@ -163,9 +159,7 @@ def test_stable_chars_is_the_settled_prefix() -> None:
 def test_finals_are_delivered_in_utterance_order() -> None:
     audio = tone_bursts([(0.2, 1.0), (2.0, 3.0), (4.0, 5.0)], 6.0)
     session = make_session()
-    requests = [
-        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind is RequestKind.FINAL
-    ]
+    requests = final_requests(collect_requests(session, to_s16le(audio), 1600))
     session.events_to_send()
     for r in reversed(requests):
         session.receive_result(answer(r), now=2.0)
@@ -177,9 +171,7 @@ def test_finals_are_delivered_in_utterance_order() -> None:
 def test_engine_error_on_a_final_is_reported_and_the_stream_still_ends() -> None:
     audio = tone_bursts([(0.2, 1.0)], 2.0)
     session = make_session()
-    (request,) = [
-        r for r in collect_requests(session, to_s16le(audio), 1600) if r.kind.value == "final"
-    ]
+    (request,) = final_requests(collect_requests(session, to_s16le(audio), 1600))
     session.receive_result(InferenceResult(request, None, "out_of_memory", "too big"), now=1.0)
     events = session.events_to_send()
     errors = [e for e in events if isinstance(e, ErrorEvent)]
@@ -228,3 +220,82 @@ def test_toggles_hide_fields_in_finals() -> None:
     assert wire["v"] == 1 and wire["type"] == "final"
     assert "emotion" not in wire and "event" not in wire and "tokens" not in wire
     assert "lang" in wire and "text" in wire
+
+
+def test_final_says_where_the_vad_decided() -> None:
+    # The energy VAD ends speech after 500 ms of silence, seen in whole 100 ms blocks.
+    audio = tone_bursts([(0.5, 2.0)], 4.0)
+    (final,) = finals(run(make_session(), to_s16le(audio), 3200))
+    assert final.decided_ms is not None
+    assert 500 <= final.decided_ms - final.end_ms <= 600
+    assert dump_event(final) and json.loads(dump_event(final))["decided_ms"] == final.decided_ms
+
+
+def test_a_final_closed_by_stop_was_decided_at_the_stream_end() -> None:
+    audio = tone_bursts([(0.5, 3.0)], 2.0)
+    (final,) = finals(run(make_session(), to_s16le(audio), 1600))
+    assert final.decided_ms == 2000
+
+
+def feed_held(session: Session, data: bytes, until_s: float) -> list[InferenceRequest]:
+    """Feed 100 ms frames up to `until_s` without answering; return the requests made."""
+    held: list[InferenceRequest] = []
+    for i, piece in enumerate(chunks(data[: int(until_s * BYTES_PER_S)], 3200)):
+        session.receive_audio(piece, now=i * 0.1)
+        held += session.requests_to_submit()
+    return held
+
+
+def test_a_lasting_pause_makes_the_early_decode_the_final() -> None:
+    data = to_s16le(tone_bursts([(0.5, 2.0)], 4.0))
+    session = make_session()
+    held = feed_held(session, data, 2.4)  # 400 ms into the pause; the VAD waits for 500
+    (early,) = [r for r in held if r.kind is RequestKind.EARLY]
+    assert (early.start_sample, early.start_sample + early.num_samples) == (8000, 32000)
+    session.receive_result(answer(early), now=2.4)
+    assert not finals(session.events_to_send())  # shown as a partial, not yet final
+    rest = feed_held(session, data[int(2.4 * BYTES_PER_S) :], 0.5)
+    assert not [r for r in rest if r.kind is not RequestKind.PARTIAL]  # no second decode
+    (final,) = finals(session.events_to_send())  # out with the VAD's decision, no wait
+    assert final.transcript.text == answer(early).transcript.text
+    assert (final.start_ms, final.end_ms) == (500, 2000)
+
+
+def test_speech_after_a_short_pause_still_gets_a_whole_final() -> None:
+    # A 300 ms pause: long enough for an early decode, too short to end the utterance.
+    data = to_s16le(tone_bursts([(0.5, 1.5), (1.8, 3.0)], 4.0))
+    session = make_session()
+    requests: list[InferenceRequest] = []
+    events: list = []
+    for i, piece in enumerate(chunks(data, 3200)):
+        session.receive_audio(piece, now=i * 0.1)
+        for r in session.requests_to_submit():
+            requests.append(r)
+            session.receive_result(answer(r), now=i * 0.1)
+        events += session.events_to_send()
+    earlies = [r for r in requests if r.kind is RequestKind.EARLY]
+    assert [r.start_sample + r.num_samples for r in earlies] == [24000, 48000]
+    shown = [e for e in events if isinstance(e, Partial)]
+    assert any(p.end_ms == 1500 for p in shown)  # the first early answer, as a partial
+    (final,) = finals(events)
+    assert (final.start_ms, final.end_ms) == (500, 3000)
+    assert final.transcript.text == answer(earlies[-1]).transcript.text
+
+
+def test_early_finals_can_be_turned_off() -> None:
+    data = to_s16le(tone_bursts([(0.5, 2.0)], 4.0))
+    session = make_session(early_final_ms=0)
+    kinds = {r.kind for r in collect_requests(session, data, 3200)}
+    assert kinds == {RequestKind.PARTIAL, RequestKind.FINAL}
+
+
+def test_a_failed_early_decode_that_is_the_final_is_reported() -> None:
+    data = to_s16le(tone_bursts([(0.5, 2.0)], 4.0))
+    session = make_session()
+    (early,) = [r for r in feed_held(session, data, 4.0) if r.kind is RequestKind.EARLY]
+    session.receive_text('{"type":"stop"}', now=4.0)
+    session.receive_result(InferenceResult(early, None, "backend_error", "boom"), now=4.1)
+    events = session.events_to_send()
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert [e.code for e in errors] == ["backend_error"]
+    assert isinstance(events[-1], End)

@@ -18,7 +18,7 @@ from streaming.vad_fsmn import FsmnVadModel
 from streaming.vad_types import VadModel
 from streaming.vad_webrtc import WebrtcVadModel
 from tests.speech import Clip, chunks, energy_regions, long_speech, three_sentences, to_s16le
-from tests.streaming.fakes import answer
+from tests.streaming.fakes import answer, final_requests
 
 SR = 16000
 TOLERANCE = 300 * SR // 1000
@@ -64,7 +64,7 @@ def stream(
 
 
 def finals_of(requests: list[InferenceRequest]) -> list[InferenceRequest]:
-    return [r for r in requests if r.kind is RequestKind.FINAL]
+    return final_requests(requests)
 
 
 def test_chunk_size_does_not_change_segments_or_request_audio(
@@ -168,3 +168,23 @@ def test_stop_in_mid_speech_produces_a_final(fsmn: FsmnVadModel, signal: np.ndar
     _, finals = stream(fsmn, to_s16le(signal[:cut]), 3200)
     assert len(finals) == 2
     assert finals[-1].end_ms == cut * 1000 // SR
+
+
+@pytest.mark.parametrize("vad_name", ["fsmn", "webrtc"])
+def test_real_pauses_are_decoded_early_and_the_finals_match_a_late_decode(
+    vad_name: str, fsmn: FsmnVadModel, signal: np.ndarray
+) -> None:
+    # The VAD's pending end must be exactly where its SPEECH_END then lands: otherwise the
+    # early decode is never used and each final waits a whole decode after the end-silence.
+    vad: VadModel = fsmn if vad_name == "fsmn" else WebrtcVadModel()
+    data = to_s16le(signal)
+    early, early_finals = stream(vad, data, 3200)
+    late, late_finals = stream(vad, data, 3200, config=SessionConfig(early_final_ms=0))
+    used = finals_of(early)
+    assert sum(r.kind is RequestKind.EARLY for r in used) >= 2, [r.kind for r in used]
+    assert [(f.start_ms, f.end_ms) for f in early_finals] == [
+        (f.start_ms, f.end_ms) for f in late_finals
+    ]
+    assert [f.transcript.text for f in early_finals] == [f.transcript.text for f in late_finals]
+    for e, f in zip(used, finals_of(late), strict=True):
+        np.testing.assert_array_equal(e.audio, f.audio)
