@@ -30,6 +30,10 @@ from streaming.session import Session
 
 log = logging.getLogger("sensestream.connection")
 
+#: How long a client that stopped reading gets to take its error and close frames before
+#: the connection is dropped: otherwise both ends could wait on each other's full buffers.
+SLOW_CLIENT_GRACE_S = 5.0
+
 
 class ConnectionStats(Protocol):
     """Where a connection reports what happened (the app's metrics)."""
@@ -60,6 +64,7 @@ class Connection:
         self._idle_timeout_s = idle_timeout_s
         self._going_away = False
         self._done = asyncio.Event()
+        self._dropping: asyncio.Task[None] | None = None  # set once the client is too slow
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects; always clean up."""
@@ -145,6 +150,8 @@ class Connection:
 
     def _pump(self) -> None:
         """Hand the session's new requests to the engine and its events to the outbox."""
+        if self._dropping is not None:
+            return  # the session is being dropped: nothing more is decoded or queued
         for request in self.session.requests_to_submit():
             self.engine.submit(request)
         try:
@@ -157,10 +164,13 @@ class Connection:
     def _close_slow_client(self, message: str) -> None:
         log.warning("session %s: %s", self.session.session_id, message)
         self.engine.cancel(self.session.session_id)
+        self._dropping = self._loop.create_task(self._drop(message), name="drop")
 
-        async def close() -> None:
-            with contextlib.suppress(ConnectionClosed):
+    async def _drop(self, message: str) -> None:
+        """Say why and close 1008 if the client takes it in time; else abort the socket."""
+        try:
+            async with asyncio.timeout(SLOW_CLIENT_GRACE_S):
                 await self.ws.send(dump_event(ErrorEvent("slow_client", message)))
-            await self.ws.close(CLOSE_POLICY_VIOLATION, "slow client")
-
-        self._loop.create_task(close())
+                await self.ws.close(CLOSE_POLICY_VIOLATION, "slow client")
+        except (TimeoutError, ConnectionClosed):
+            self.ws.transport.abort()
