@@ -61,6 +61,9 @@ class EngineConfig:
     latency_target_s: float = 1.0
     autotune_seconds: float = 3.0
     autotune_candidates: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    # A bigger batch must buy this much more throughput to be chosen: every request in a
+    # batch waits for the whole batch, so a final batched with partials arrives later.
+    autotune_tolerance: float = 0.15
     feature_threads: int | None = None
     calibration_batches: tuple[int, ...] | None = None
 
@@ -291,7 +294,7 @@ def choose_max_batch(
     config: EngineConfig,
     fits: Callable[[int], bool] | None = None,
 ) -> tuple[int, tuple[dict[str, float], ...]]:
-    """Measure throughput against batch size; keep the smallest within 5% of the best.
+    """Measure throughput against batch size; keep the smallest within tolerance of the best.
 
     Bigger is not assumed better: on a 2-core CPU batching barely helps, on a GPU it is
     where the throughput is. Candidates stop once a batch misses the latency target,
@@ -315,7 +318,8 @@ def choose_max_batch(
         if p["wall_s"] <= config.latency_target_s or p["batch"] == curve[0]["batch"]
     ]
     best = max(p["audio_s_per_s"] for p in within)
-    chosen = min(int(p["batch"]) for p in within if p["audio_s_per_s"] >= 0.95 * best)
+    floor = (1 - config.autotune_tolerance) * best
+    chosen = min(int(p["batch"]) for p in within if p["audio_s_per_s"] >= floor)
     return chosen, tuple(curve)
 
 

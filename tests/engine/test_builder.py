@@ -59,6 +59,16 @@ def test_compute_bound_device_stays_unbatched(tiny_model_dir: Path) -> None:
     assert len(curve) <= 3  # it stopped once throughput stopped growing
 
 
+def test_a_small_batching_gain_is_not_worth_its_latency(tiny_model_dir: Path) -> None:
+    # Like this 2-core CPU: batch 4 is about 6% faster than batch 1 (18.6 vs 19.7 audio-s/s).
+    recognizer = fake_recognizer(tiny_model_dir, 0.0006, 4e-4)
+    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    assert max(p["audio_s_per_s"] for p in curve) > 1.03 * curve[0]["audio_s_per_s"]
+    assert chosen == 1
+    chosen, _ = choose_max_batch(recognizer, replace(CONFIG, autotune_tolerance=0.0))
+    assert chosen > 1
+
+
 def test_latency_target_caps_the_batch(tiny_model_dir: Path) -> None:
     recognizer = fake_recognizer(tiny_model_dir, 0.05, 4e-4)
     config = replace(CONFIG, latency_target_s=0.12)
