@@ -135,15 +135,18 @@ class Scheduler:
             self.stats.partials_superseded += 1
             return [old.request]
         dropped: list[InferenceRequest] = []
-        old = self._partials.pop(request.key, None)
+        old = self._partials.get(request.key)
         if old is not None:
             self.stats.partials_replaced += 1
             dropped.append(old.request)
-        if len(self._partials) >= self.config.max_queued_partials:
+        elif len(self._partials) >= self.config.max_queued_partials:
             # Overload: the oldest partial goes first; finals always queue.
             oldest = next(iter(self._partials))
             dropped.append(self._partials.pop(oldest).request)
             self.stats.partials_overflow += 1
+        # Assigning to an existing key keeps its place: a newer partial takes over its
+        # predecessor's place in line, so a client that speaks on is not sent to the back
+        # every time (under load its partials would otherwise never come up).
         self._partials[request.key] = item
         return dropped
 
@@ -289,7 +292,8 @@ class Scheduler:
         if self._finals:
             candidates.append(self._finals[0].arrival)
         if self._partials:
-            candidates.append(next(iter(self._partials.values())).arrival)
+            # Not just the first in line: a replaced partial keeps an older place.
+            candidates.append(min(q.arrival for q in self._partials.values()))
         if self._retry:
             candidates.append(min(r.arrival for r in self._retry[0]))
         return min(candidates) if candidates else None

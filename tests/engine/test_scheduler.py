@@ -164,6 +164,23 @@ def test_newer_partial_replaces_queued_one_and_final_drops_partials() -> None:
     assert scheduler.stats.partials_dropped == 2
 
 
+def test_a_replaced_partial_keeps_its_place_in_line() -> None:
+    # One request per batch, a fresh partial from every client each time round: if a newer
+    # partial went to the back of the line, client "a" would never be served.
+    scheduler = make(max_batch=1, wait_ms=0)
+    served: list[str] = []
+    for step in range(6):
+        now = step * 0.1
+        for client in ("a", "b", "c"):
+            scheduler.submit(request(client, 0, RequestKind.PARTIAL, 1.0 + step, now), now)
+        batch = scheduler.next_batch(now)
+        assert batch is not None
+        served.append(batch.requests[0].session_id)
+        scheduler.complete(batch)
+    assert served[:3] == ["a", "b", "c"] and served[3:] == ["a", "b", "c"]
+    assert scheduler.stats.partials_replaced > 0
+
+
 def test_stale_partials_are_dropped_but_finals_are_not() -> None:
     scheduler = make(partial_stale_ms=500)
     old = request("a", 0, RequestKind.PARTIAL, 1.0, 0.0)
