@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_script", REPO / "scripts" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while defining
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+bench = load_script("bench")
 
 
 def fake_pool(seconds: list[float]) -> list[Any]:

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from tests.engine.gpu import needs_cuda
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_engine", REPO / "scripts/bench_engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_engine"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+def load_bench_engine() -> ModuleType:
+    return load_script("bench_engine")
 
 
 def run(tiny: Path, tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / "engine.json"
     args = ["--model", str(tiny), "--batch", "1,2", "--seconds", "1,10", "--repeats", "1"]
-    assert load_script().main([*args, "--json", str(out), *extra]) == 0
+    assert load_bench_engine().main([*args, "--json", str(out), *extra]) == 0
     return json.loads(out.read_text())
 
 
@@ -47,7 +41,7 @@ def test_cases_report_latency_throughput_and_memory(tiny_model_dir: Path, tmp_pa
 
 
 def test_targets_without_the_ten_second_case() -> None:
-    targets = load_script().targets([])
+    targets = load_bench_engine().targets([])
     assert targets["batch1_10s_model_ms"] is None and targets["batch1_10s_met"] is None
     assert targets["memory_within_budget"] is True
 
