@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,13 @@ from typing import Any
 
 import numpy as np
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from engine.audio_io import read_audio
 
 SR = 16000
+BASELINE_WINDOW_S = 10.0
+SETTLED_SAMPLES = 5
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -72,6 +76,9 @@ async def one_session(url: str, audio: bytes, pace: str, tally: Tally, real_time
                     tally.errors.append(event["code"])
             if ws.close_code != 1000:
                 tally.errors.append(f"close {ws.close_code}")
+    except ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        tally.errors.append(f"closed {code}")
     except OSError as exc:
         tally.errors.append(type(exc).__name__)
     tally.done += 1
@@ -128,7 +135,11 @@ async def soak(args: argparse.Namespace, url: str) -> dict[str, Any]:
     stop_steady.set()
     await asyncio.gather(*steady_tasks)
     await asyncio.sleep(args.settle)  # let the server close the last sockets
-    final = await asyncio.to_thread(stats, base)
+    settled = []
+    for _ in range(SETTLED_SAMPLES):
+        settled.append(await asyncio.to_thread(stats, base))
+        await asyncio.sleep(0.5)  # a sampling period, not a wait for a condition
+    final = {**settled[-1], "rss": int(statistics.median(s["rss"] for s in settled))}
     sampler.cancel()
     elapsed = time.monotonic() - started
     return report(
@@ -152,6 +163,10 @@ def report(
     steady: Tally,
     elapsed: float,
 ) -> dict[str, Any]:
+    # RSS jumps for a moment with each batch in flight; a leak is what stays. Both ends
+    # are medians: of the samples in the window after warm-up, and of the settled ones.
+    window = [x["rss"] for x in samples if 0 <= x["t"] - baseline["t"] <= BASELINE_WINDOW_S]
+    baseline = {**baseline, "rss": int(statistics.median(window or [baseline["rss"]]))}
     growth = (final["rss"] - baseline["rss"]) / baseline["rss"]
     checks = {
         "rss_growth_ok": growth < args.max_rss_growth,
@@ -218,7 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     proc = None
     url = args.url
     if args.spawn_server:
-        proc, url = spawn(args.spawn_server, args.server_args.split())
+        # Every client comes from this one address: lift the per-address cap above the
+        # load. Twice, because the server counts a session until its handler has finished,
+        # a moment after the client has seen the close and started its next one.
+        cap = str(2 * (args.concurrency + args.steady))
+        limits = ["--max-sessions-per-ip", cap, "--max-sessions", cap]
+        proc, url = spawn(args.spawn_server, [*limits, *args.server_args.split()])
     if not url:
         parser.error("give --url or --spawn-server")
     try:
