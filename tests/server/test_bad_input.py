@@ -15,6 +15,8 @@ from tests.speech import Clip, to_s16le
 
 SR = 16000
 NAN_F32 = np.array([0.1, np.nan, 0.2, 0.3], dtype="<f4").tobytes()
+BASE64_AUDIO = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQ"
+INF_F32 = np.array([0.1, np.inf, 0.2, -np.inf], dtype="<f4").tobytes()
 
 CASES = [
     # (name, start message, extra frames after the audio, expected code, close code)
@@ -24,6 +26,9 @@ CASES = [
     ("bad_encoding", {"type": "start", "encoding": "mp3"}, [], "invalid_field", 1008),
     ("second_start", None, ['{"type":"start"}'], "unexpected_message", 1002),
     ("nan_samples", {"type": "start", "encoding": "pcm_f32le"}, [NAN_F32], "invalid_audio", 1007),
+    ("inf_samples", {"type": "start", "encoding": "pcm_f32le"}, [INF_F32], "invalid_audio", 1007),
+    # Base64 audio in a text frame, where binary audio was expected.
+    ("text_for_audio", None, [BASE64_AUDIO], "malformed_json", 1007),
 ]
 
 
@@ -66,20 +71,32 @@ def test_bad_input_is_a_typed_error_and_others_are_unaffected(
     else:
         assert not bad.of("ready")  # the stream never started
     assert bad.events[-1]["type"] == "end"
-    assert healthy.of("final") and healthy.events[-1]["type"] == "end"
+    # The neighbour's one utterance got its final, complete, and a new session works.
+    assert len(healthy.of("final")) == 1 and healthy.events[-1]["type"] == "end"
     assert healthy.close_code == 1000
     fresh = asyncio.run(run_session(server.url, to_s16le(audio)))
-    assert fresh.of("final") and fresh.close_code == 1000
+    assert len(fresh.of("final")) == 1 and fresh.close_code == 1000
 
 
 def test_audio_after_stop_is_an_error(server: ServerProcess, speech_clips: list[Clip]) -> None:
+    # The bad stream stops mid-speech, so its final is still owed when the stray audio
+    # arrives (after `end` the socket is closing and nothing more is said).
     audio = to_s16le(speech(speech_clips))
-    outcome = asyncio.run(
-        run_session(server.url, audio, extra=['{"type":"stop"}', b"\x00\x00" * 800], stop=False)
-    )
-    assert outcome.of("error")[0]["code"] == "unexpected_message"
-    assert outcome.of("final")
-    assert outcome.close_code == 1002
+    mid_speech = to_s16le(np.concatenate([np.zeros(SR // 2, np.float32), speech_clips[1].audio]))
+
+    async def both() -> tuple[Outcome, Outcome]:
+        healthy = run_session(server.url, audio, speed=4.0)
+        extra: list[bytes | str] = ['{"type":"stop"}', b"\x00\x00" * 800]
+        bad = run_session(server.url, mid_speech, extra=extra, stop=False)
+        return await asyncio.gather(healthy, bad)
+
+    healthy, bad = asyncio.run(both())
+    assert bad.of("error")[0]["code"] == "unexpected_message"
+    assert bad.of("final")
+    assert bad.close_code == 1002
+    assert len(healthy.of("final")) == 1 and healthy.close_code == 1000
+    fresh = asyncio.run(run_session(server.url, audio))
+    assert len(fresh.of("final")) == 1 and fresh.close_code == 1000
 
 
 def test_ready_reports_effective_config(server: ServerProcess, speech_clips: list[Clip]) -> None:

@@ -115,6 +115,8 @@ def test_oversized_frame_is_refused_and_a_neighbour_is_unaffected(
     assert big.of("error")[0]["code"] == "frame_too_large"
     assert big.close_code == 1009
     assert healthy.of("final") and healthy.close_code == 1000
+    fresh = asyncio.run(run_session(guarded.url, speech(speech_clips), headers=auth()))
+    assert fresh.of("final") and fresh.close_code == 1000
 
 
 def test_idle_client_is_timed_out(guarded: ServerProcess) -> None:
