@@ -162,13 +162,13 @@ class Stream {
     return (this.startSample ?? 0) / SAMPLES_PER_MS + ms;
   }
 
-  /** When the frame holding sample `endMs` was sent, and forget older frames. */
-  sentAt(endMs) {
+  /** When the frame holding sample `endMs` was sent; by default forget older frames. */
+  sentAt(endMs, forget = true) {
     const sample = Math.ceil(endMs * SAMPLES_PER_MS);
     const i = this.frames.findIndex((f) => f.end >= sample);
     if (i < 0) return null;
     const at = this.frames[i].at;
-    this.frames.splice(0, i); // later finals end later: earlier frames are not needed
+    if (forget) this.frames.splice(0, i); // later finals end later: older frames can go
     return at;
   }
 
@@ -535,10 +535,16 @@ function onReady(event) {
 }
 
 function onFinal(stream, event) {
+  // The server says where its VAD closed the utterance (decided_ms): the wait splits into
+  // the VAD's end-silence and what the engine and network added after it.
+  const decidedAt = event.decided_ms == null ? null : stream.sentAt(event.decided_ms, false);
   const sentAt = stream.sentAt(event.end_ms);
   // Only live audio has an "end of speech" moment; for a replayed file the number would
   // measure the replay speed.
-  if (sentAt !== null && state.mode === 'mic') showLatency(performance.now() - sentAt);
+  if (sentAt !== null && state.mode === 'mic') {
+    const now = performance.now();
+    showLatency(now - sentAt, decidedAt === null ? null : now - decidedAt);
+  }
   clearPartial();
   if (!event.text) return; // a too-short burst: answered, but nothing to show
   const final = {
@@ -633,13 +639,16 @@ function showLevel(rms) {
   ui.level.setAttribute('aria-valuetext', db <= METER_FLOOR_DB ? 'silent' : `${db.toFixed(0)} dBFS`);
 }
 
-function showLatency(ms) {
+function showLatency(ms, afterVadMs) {
   state.latencies.push(ms);
   if (state.latencies.length > 100) state.latencies.shift();
   const med = median(state.latencies);
+  const split =
+    afterVadMs === null ? '' : `; ${Math.round(afterVadMs)} ms after the VAD decided`;
   ui.latency.textContent =
-    `${Math.round(ms)} ms (median ${Math.round(med)} ms over ${state.latencies.length})`;
+    `${Math.round(ms)} ms${split} (median ${Math.round(med)} ms over ${state.latencies.length})`;
   ui.latency.dataset.lastMs = String(Math.round(ms));
+  if (afterVadMs !== null) ui.latency.dataset.afterVadMs = String(Math.round(afterVadMs));
 }
 
 function showStatus(text, kind = '') {
@@ -705,8 +714,10 @@ function renderStats(stats) {
 function renderGpus(gpus) {
   for (const node of document.querySelectorAll('.gpu')) node.hidden = gpus.length === 0;
   if (gpus.length === 0) return;
-  ui.stat.gpuUtil.textContent = gpus.map((g) => `${g.utilization_pct}%`).join(', ');
-  ui.stat.gpuTemp.textContent = gpus.map((g) => `${g.temperature_c} °C`).join(', ');
+  // A reading the GPU does not support arrives as null: show a dash, not "null%".
+  const reading = (value, unit) => (value === null || value === undefined ? '–' : `${value}${unit}`);
+  ui.stat.gpuUtil.textContent = gpus.map((g) => reading(g.utilization_pct, '%')).join(', ');
+  ui.stat.gpuTemp.textContent = gpus.map((g) => reading(g.temperature_c, ' °C')).join(', ');
 }
 
 // ---- transcript downloads ------------------------------------------------------------------

@@ -79,6 +79,10 @@ def test_microphone_gives_live_partials_finals_and_engine_stats(web: WebPage) ->
     latency_ms = int(page.locator("#latency").get_attribute("data-last-ms") or "-1")
     # Mostly the end-of-speech silence the VAD waits for (500 ms by default).
     assert 0 < latency_ms < 10_000, latency_ms
+    # The server's decided_ms splits off the VAD's end-silence: what follows it is shorter.
+    after_vad_ms = int(page.locator("#latency").get_attribute("data-after-vad-ms") or "-1")
+    assert 0 <= after_vad_ms < latency_ms, (after_vad_ms, latency_ms)
+    assert "after the VAD decided" in page.locator("#latency").inner_text()
     seen = page.evaluate("window.__seen")
     assert seen["loudest"] > -40, seen  # the meter moved with the fake microphone's speech
     assert page.locator("#level").get_attribute("data-input-rate") in ("44100", "48000")
