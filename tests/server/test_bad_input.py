@@ -126,7 +126,7 @@ def test_disconnect_mid_utterance_frees_the_session(
         return await healthy
 
     healthy = asyncio.run(scenario())
-    assert healthy.of("final") and healthy.close_code == 1000
+    assert len(healthy.of("final")) == 1 and healthy.close_code == 1000
     # The healthy session's handler may still be finishing its close; give it a moment.
     deadline = time.monotonic() + 5
     while (stats := json.loads(server.http("/stats")[1]))[
@@ -135,3 +135,5 @@ def test_disconnect_mid_utterance_frees_the_session(
         time.sleep(0.05)
     assert stats["sessions"] == 0, stats
     assert stats["queue"]["depth"] == 0
+    fresh = asyncio.run(run_session(server.url, audio))
+    assert len(fresh.of("final")) == 1 and fresh.close_code == 1000
