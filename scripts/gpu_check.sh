@@ -171,7 +171,11 @@ speech_dir() {
 }
 
 server_bench() { # server_bench SPEECH_DIR
-  PATH="$WORK/no-tts:$PATH" "$PY" scripts/bench.py --spawn-server "$MODEL" --no-baseline \
+  # The refusing stand-ins only shadow real tools when the speech comes from the cache
+  # (a stale $WORK/no-tts from an earlier cache run must not hide a real espeak-ng).
+  local path=$PATH
+  if [[ $1 == "$REPO/.whl/bench-speech" ]]; then path="$WORK/no-tts:$PATH"; fi
+  PATH="$path" "$PY" scripts/bench.py --spawn-server "$MODEL" --no-baseline \
     --server-args "--backend torch --device $DEVICE --precision $PRECISION" \
     --streams "$STREAMS" --duration "$DURATION" --speech-dir "$1" \
     --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/bench_server.json"
