@@ -281,13 +281,13 @@ class Session:
                 seg.utt_id, seg.start, request, empty_transcript(options.itn), end=seg.end
             )
             return
-        if self._early_decode_is_final(utt, seg):
+        if self._early_decode_is_final(utt, seg, now):
             return
         audio = self._ring.read(seg.start, seg.end)
         utt.final_request = self._request(seg, RequestKind.FINAL, audio, now)
         self._requests.append(utt.final_request)
 
-    def _early_decode_is_final(self, utt: _Utterance, seg: SegmentEvent) -> bool:
+    def _early_decode_is_final(self, utt: _Utterance, seg: SegmentEvent, now: float) -> bool:
         """The pause lasted: the early decode of exactly this span becomes the final."""
         early = utt.early
         if early is None or seg.forced or early.start_sample != seg.start:
@@ -298,7 +298,7 @@ class Session:
         result = utt.early_result
         if result is not None:
             utt.early_result = None
-            self.receive_result(result, 0.0)
+            self.receive_result(result, now)
         return True
 
     def _maybe_early_final(self, now: float) -> bool:
