@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,9 +140,24 @@ def test_live_stream_faster_than_allowed_is_refused(
     assert outcome.events[-1]["type"] == "end"
 
 
+def sessions_close(server: ServerProcess, deadline_s: float = 10.0) -> None:
+    """Wait until the server has let go of every session (its count lags the client's close)."""
+    url = f"http://127.0.0.1:{server.ops_port}/stats"  # type: ignore[attr-defined]
+    give_up = time.monotonic() + deadline_s
+    while True:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth()), timeout=5) as r:
+            if json.loads(r.read())["sessions"] == 0:
+                return
+        if time.monotonic() > give_up:
+            raise AssertionError("sessions still open on the server")
+        time.sleep(0.05)
+
+
 def test_session_caps_per_address_and_in_total(
     guarded: ServerProcess, speech_clips: list[Clip]
 ) -> None:
+    sessions_close(guarded)  # earlier tests' sessions must not count against the caps
+
     async def scenario() -> tuple[list[dict], list[dict]]:
         holders = [await connect(guarded.url, additional_headers=auth()) for _ in range(2)]
         refused = await first_event(guarded.url, "127.0.0.1")
@@ -154,6 +170,7 @@ def test_session_caps_per_address_and_in_total(
     per_ip, total = asyncio.run(scenario())
     assert per_ip[0]["code"] == "server_full" and per_ip[1] == 1013
     assert total[0]["code"] == "server_full" and "limit of 3" in total[0]["message"]
+    sessions_close(guarded)
     after = asyncio.run(run_session(guarded.url, speech(speech_clips), headers=auth()))
     assert after.of("final")
 
