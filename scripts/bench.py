@@ -694,11 +694,12 @@ def add_vad_split(utt: Utterance, final: FinalSeen, sent: Sequence[float], into:
         into.after_vad.append((final[3] - sent[frame]) * 1000)
 
 
-def judged_final_latency(latency: Latency) -> tuple[Percentiles, str]:
-    """The final latency the criterion uses: after the measured VAD decision when known."""
+def judged_final_latency(latency: Latency) -> Percentiles:
+    """The final latency the criterion uses: after the measured VAD decision when known,
+    else with the configured end-silence subtracted (a server without `decided_ms`)."""
     if latency.final_after_vad_ms.count:
-        return latency.final_after_vad_ms, "after the VAD's measured end-silence"
-    return latency.final_minus_end_silence_ms, "configured end-silence subtracted"
+        return latency.final_after_vad_ms
+    return latency.final_minus_end_silence_ms
 
 
 def server_load(
@@ -779,7 +780,7 @@ def histogram_percentiles(hist: Histogram) -> Percentiles:
 def judge(latency: Latency, errors: int, dropped: int, criteria: Criteria) -> tuple[str, ...]:
     """The criteria a run missed (empty: it passed)."""
     failed = []
-    final_p95 = judged_final_latency(latency)[0].p95
+    final_p95 = judged_final_latency(latency).p95
     if final_p95 is None:
         failed.append("no final latency measured")
     elif final_p95 > criteria.max_final_latency_ms:
@@ -1104,7 +1105,7 @@ def resolve_end_silence(
 def print_run(run: RunResult) -> None:
     """One summary line per run on stderr."""
     lat = run.latency
-    judged = judged_final_latency(lat)[0]
+    judged = judged_final_latency(lat)
     verdict = "pass" if run.passed else "FAIL: " + "; ".join(run.failed)
     if any("server_full" in e for e in run.error_samples):
         verdict += " (server_full: raise the server's --max-sessions / --max-sessions-per-ip)"
@@ -1135,7 +1136,7 @@ def plot(reports: Sequence[TargetReport], criteria: Criteria, out: Path) -> None
             style["markerfacecolor"] = "none"
         name = report.name + (f" (capacity {report.capacity})" if report.capacity else "")
         for key, color in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:red")):
-            ys = [getattr(judged_final_latency(r.latency)[0], key) for r in runs]
+            ys = [getattr(judged_final_latency(r.latency), key) for r in runs]
             left.plot(xs, ys, color=color, marker="o", label=f"{name} {key}", **style)
         gaps = [r.latency.partial_interval_ms.p95 for r in runs]
         first = [r.latency.first_partial_ms.p95 for r in runs]

@@ -158,12 +158,14 @@ class Session:
         """Take the engine's answer for one of this session's requests."""
         req = result.request
         utt = self._utts.get(req.utterance_id)
-        if utt is not None and req is utt.early and req is not utt.final_request:
-            utt.early_result = result  # the pause may yet last: keep it for the decision
-        if req.kind is RequestKind.PARTIAL or utt is None or req is not utt.final_request:
+        if utt is None:
+            return  # its final has gone out: a late answer has nothing to add
+        if req is not utt.final_request:
+            if req is utt.early:
+                utt.early_result = result  # the pause may yet last: keep it for the decision
             # A partial, or an early decode that is not (yet) the final, shows as a partial.
-            showable = utt is not None and not utt.final_requested and self._toggle("partials")
-            if showable and utt is not None and result.transcript is not None:
+            showable = not utt.final_requested and self._toggle("partials")
+            if showable and result.transcript is not None:
                 self._emit_partial(req, utt, result.transcript)
             return
         if req.utterance_id not in self._owed:
