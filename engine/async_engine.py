@@ -22,7 +22,7 @@ from engine.errors import AudioError, BackendOutOfMemoryError, EngineError
 from engine.metrics import EngineMetrics
 from engine.recognizer import Recognizer, Utterance
 from engine.scheduler import Batch, Scheduler
-from engine.types import InferenceRequest, InferenceResult
+from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +244,8 @@ class AsyncEngine:
         started = loop.time()
         for request in batch.requests:
             self.metrics.queue_delay.observe(max(0.0, started - request.arrival))
+            seconds = request.num_samples / SAMPLE_RATE
+            self.metrics.decoded_audio.labels(request.kind.value).inc(seconds)
         self.metrics.batch_size.observe(len(batch.requests))
         self.metrics.padding.observe(batch.padding_efficiency)
         self._publish_memory()

@@ -41,6 +41,12 @@ class EngineMetrics:
         self.requests = Counter(
             "engine_requests", "Requests by kind and outcome", ["kind", "outcome"], registry=r
         )
+        self.decoded_audio = Counter(
+            "engine_decoded_audio_seconds",
+            "Audio seconds sent to a device, by request kind",
+            ["kind"],
+            registry=r,
+        )
         self.partials_dropped = Counter(
             "engine_partials_dropped", "Partials dropped (replaced, stale, overload)", registry=r
         )

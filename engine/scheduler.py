@@ -64,6 +64,8 @@ class SchedulerStats:
     oom_splits: int = 0
     batches: int = 0
     padding_efficiency_sum: float = 0.0
+    # Samples sent to the device per request kind: where the compute goes.
+    samples_by_kind: dict[str, int] = field(default_factory=dict)
 
     @property
     def partials_dropped(self) -> int:
@@ -274,6 +276,11 @@ class Scheduler:
         efficiency = sum(lengths) / (frames * len(lengths)) if frames else 1.0
         self.stats.batches += 1
         self.stats.padding_efficiency_sum += efficiency
+        for r in requests:
+            kind = r.kind.value
+            self.stats.samples_by_kind[kind] = (
+                self.stats.samples_by_kind.get(kind, 0) + r.num_samples
+            )
         return Batch(tuple(requests), allocation, frames, efficiency, now, retry, device)
 
     def _remove(self, chosen: list[_Queued]) -> None:

@@ -204,6 +204,7 @@ class ServerLoad:
     torch_cuda_reserved_bytes_max: int | None
     partials_dropped: int | None
     stats_samples: int
+    decoded_audio_s: dict[str, float] | None = None  # per request kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,13 +571,21 @@ def stats_end_silence(stats: dict[str, Any] | None) -> int | None:
     return None
 
 
-def counter_value(endpoint: Endpoint, name: str) -> float | None:
+def counter_value(stats: dict[str, Any] | None, name: str) -> float | None:
     """A counter from /stats' queue section (partials dropped), when present."""
-    stats = get_stats(endpoint)
-    if stats is None:
-        return None
-    value = (stats.get("queue") or {}).get(name)
+    value = ((stats or {}).get("queue") or {}).get(name)
     return float(value) if isinstance(value, int | float) else None
+
+
+def decoded_by_kind(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, float] | None:
+    """Audio seconds the server decoded per request kind during the run, from /stats."""
+    first = ((before or {}).get("batches") or {}).get("audio_s_by_kind")
+    last = ((after or {}).get("batches") or {}).get("audio_s_by_kind")
+    if not isinstance(first, dict) or not isinstance(last, dict):
+        return None
+    return {kind: round(float(v) - float(first.get(kind, 0.0)), 1) for kind, v in last.items()}
 
 
 async def sample_stats(
@@ -707,6 +716,7 @@ def server_load(
     after: dict[str, Histogram],
     samples: Sequence[dict[str, Any]],
     partials_dropped: int | None,
+    decoded_audio_s: dict[str, float] | None = None,
 ) -> ServerLoad:
     """Batch sizes and queue delay from /metrics deltas; CPU and memory from /stats samples."""
     batch = histogram_delta(before, after, "engine_batch_size")
@@ -728,6 +738,7 @@ def server_load(
         torch_cuda_reserved_bytes_max=max(torch_mem, default=0) or None,
         partials_dropped=partials_dropped,
         stats_samples=len(samples),
+        decoded_audio_s=decoded_audio_s,
     )
 
 
@@ -845,10 +856,10 @@ def run_once(
     plans = plan_streams(streams, pool, config)
     wait_idle(endpoint, config.settle_timeout_s)
     hist_before = get_histograms(endpoint)
-    dropped_before = counter_value(endpoint, "partials_dropped")  # also resets cpu_percent
+    stats_before = get_stats(endpoint)  # also resets cpu_percent
     outcome, loop_name = run_loop(drive(endpoint, plans, config))
     hist_after = get_histograms(endpoint)
-    dropped_after = counter_value(endpoint, "partials_dropped")
+    stats_after = get_stats(endpoint)
     collected = Samples()
     for plan, log in zip(plans, outcome.logs, strict=True):
         collect_stream(plan, log, collected)
@@ -892,7 +903,14 @@ def run_once(
         latency=latency,
         client=client,
         server=server_load(
-            hist_before, hist_after, outcome.stats_samples, increase(dropped_before, dropped_after)
+            hist_before,
+            hist_after,
+            outcome.stats_samples,
+            increase(
+                counter_value(stats_before, "partials_dropped"),
+                counter_value(stats_after, "partials_dropped"),
+            ),
+            decoded_by_kind(stats_before, stats_after),
         ),
         passed=not failed,
         failed=failed,

@@ -22,6 +22,7 @@ from engine.builder import EngineConfig, EngineReport, build_engine_parts
 from engine.devices import device_index
 from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, load_nvml
+from engine.types import SAMPLE_RATE
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ServerConfig
 from server.connection import Connection
@@ -75,7 +76,10 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
             preroll_ms=config.preroll_ms,
         ),
         partials=PartialPolicy(
-            interval_ms=config.partial_interval_ms, adaptive=config.adaptive_partials
+            interval_ms=config.partial_interval_ms,
+            adaptive=config.adaptive_partials,
+            max_interval_ms=config.max_partial_interval_ms,
+            hold_ms=config.partial_hold_ms,
         ),
         limits=SessionLimits(
             max_frame_bytes=config.max_frame_bytes,
@@ -301,6 +305,10 @@ class App:
                 "max_batch": sched.config.max_batch,
                 "mean_padding_efficiency": round(st.padding_efficiency_sum / max(st.batches, 1), 3),
                 "oom_splits": st.oom_splits,
+                "audio_s_by_kind": {
+                    kind: round(samples / SAMPLE_RATE, 1)
+                    for kind, samples in sorted(st.samples_by_kind.items())
+                },
             }
             out["memory"] = {
                 "budget_bytes": sum(b.total for b in sched.budgets),

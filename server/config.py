@@ -45,6 +45,10 @@ class ServerConfig:
     preroll_ms: int = 100
     partial_interval_ms: int = 400
     adaptive_partials: bool = True
+    max_partial_interval_ms: int = 2000
+    # Partials re-decode only the last this-much audio (plus 500 ms of context); the text
+    # before it is settled. 0 re-decodes the whole utterance every time.
+    partial_hold_ms: int = 2000
     early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
     shutdown_timeout_s: float = 30.0
     fallback_test_model: bool = True
@@ -88,6 +92,10 @@ class ServerConfig:
             raise ValueError("send_buffer_bytes must be at least 1024")
         if self.early_final_ms < 0:
             raise ValueError("early_final_ms must be >= 0")
+        if self.partial_hold_ms < 0:
+            raise ValueError("partial_hold_ms must be >= 0")
+        if not 100 <= self.partial_interval_ms <= self.max_partial_interval_ms:
+            raise ValueError("partial_interval_ms must be within 100..max_partial_interval_ms")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both certfile and keyfile")
 

@@ -34,6 +34,7 @@ from streaming.messages import (
     StopMessage,
     parse_client_text,
 )
+from streaming.partial_window import PartialWindow
 from streaming.partials import PartialPolicy
 from streaming.ring_buffer import RingBuffer
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
@@ -95,6 +96,7 @@ class _Utterance:
 
     start: int
     last_partial: int
+    window: PartialWindow
     partial_text: str = ""
     partial_end: int = 0  # stream end of the audio behind the partial on show
     final_requested: bool = False
@@ -268,10 +270,11 @@ class Session:
 
     def _on_segment(self, seg: SegmentEvent, now: float) -> None:
         if seg.kind is SegmentEventKind.STARTED:
-            self._utts[seg.utt_id] = _Utterance(seg.start, seg.start)
+            self._utts[seg.utt_id] = self._new_utterance(seg.start)
             self._events.append(SpeechStarted(seg.utt_id, samples_to_ms(seg.start)))
             return
-        utt = self._utts.setdefault(seg.utt_id, _Utterance(seg.start, seg.start))
+        utt = self._utts.get(seg.utt_id) or self._new_utterance(seg.start)
+        self._utts[seg.utt_id] = utt
         utt.final_requested = True
         utt.decided = self._fed
         self._owed[seg.utt_id] = None
@@ -288,6 +291,10 @@ class Session:
         audio = self._ring.read(seg.start, seg.end)
         utt.final_request = self._request(seg, RequestKind.FINAL, audio, now)
         self._requests.append(utt.final_request)
+
+    def _new_utterance(self, start: int) -> _Utterance:
+        policy = self._config.partials
+        return _Utterance(start, start, PartialWindow(start, policy.hold_ms, policy.context_ms))
 
     def _early_decode_is_final(self, utt: _Utterance, seg: SegmentEvent, now: float) -> bool:
         """The pause lasted: the early decode of exactly this span becomes the final."""
@@ -339,8 +346,9 @@ class Session:
         if utt is None or not self._config.partials.due(start, utt.last_partial, self._fed):
             return
         utt.last_partial = self._fed
-        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, start)
-        audio = self._ring.read(start, self._fed)
+        begin = utt.window.window_start()
+        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, begin)
+        audio = self._ring.read(begin, self._fed)
         self._requests.append(self._request(seg, RequestKind.PARTIAL, audio, now))
 
     def _request(
@@ -355,16 +363,18 @@ class Session:
         if end <= utt.partial_end:
             return  # an early decode answered after a longer partial: keep the newer text
         utt.partial_end = end
-        stable = common_prefix(utt.partial_text, t.text)
-        utt.partial_text = t.text
+        text = utt.window.accept(req.start_sample, end, t)
+        stable = common_prefix(utt.partial_text, text)
+        utt.partial_text = text
         tags = {"lang": t.lang}
         if self._toggle("emotion"):
             tags["emotion"] = t.emotion
         if self._toggle("event"):
             tags["event"] = t.event
-        start_ms = samples_to_ms(req.start_sample)
-        end_ms = samples_to_ms(req.start_sample + req.num_samples)
-        self._events.append(Partial(req.utterance_id, start_ms, end_ms, t.text, stable, tags))
+        start_ms = samples_to_ms(utt.start)
+        self._events.append(
+            Partial(req.utterance_id, start_ms, samples_to_ms(end), text, stable, tags)
+        )
 
     def _final_event(
         self,

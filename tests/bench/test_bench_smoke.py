@@ -53,5 +53,7 @@ def test_bench_spawn_smoke(tiny_model_dir: Path, tmp_path: Path) -> None:
         assert latency["count"] >= 1, (name, run)
         assert latency["p50"] is not None, name
         assert run["client"]["cpu_s"] >= 0, name
+        decoded = run["server"]["decoded_audio_s"]
+        assert decoded.get("final", 0) + decoded.get("early", 0) > 0, (name, decoded)
     if plot:
         assert png.stat().st_size > 0

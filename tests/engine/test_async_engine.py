@@ -116,6 +116,9 @@ def test_batches_really_form_under_concurrency(
     assert engine.scheduler.stats.batches < 16  # some requests shared a batch
     text = metrics_text(engine)
     assert 'engine_requests_total{kind="final",outcome="ok"} 16.0' in text
+    seconds = sum(len(speech_clips[i % 4].audio) for i in range(16)) / 16000
+    line = next(x for x in text.splitlines() if x.startswith("engine_decoded_audio_seconds_total"))
+    assert 'kind="final"' in line and float(line.split()[-1]) == pytest.approx(seconds)
 
 
 def metrics_text(engine: AsyncEngine) -> str:

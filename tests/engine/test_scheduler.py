@@ -162,6 +162,8 @@ def test_newer_partial_replaces_queued_one_and_final_drops_partials() -> None:
     assert batch is not None
     assert set(map(id, batch.requests)) == {id(final), id(other)}
     assert scheduler.stats.partials_dropped == 2
+    # Only what reached the device counts as decoded audio, by kind.
+    assert scheduler.stats.samples_by_kind == {"final": 2 * SR, "partial": SR}
 
 
 def test_a_replaced_partial_keeps_its_place_in_line() -> None:

@@ -99,3 +99,29 @@ def final_requests(requests: list[InferenceRequest]) -> list[InferenceRequest]:
 
 def answer(request: InferenceRequest) -> InferenceResult:
     return InferenceResult(request, fake_transcript(request))
+
+
+WORD_MS = 300  # the word fake's pitch: one word per 300 ms of stream time
+
+
+def word_transcript(request: InferenceRequest) -> Transcript:
+    """A consistent decoder: word k fills stream ms [300k + 50, 300k + 250).
+
+    A decode shows each word that lies wholly inside its audio, timed on the request's
+    clock, so any window of the stream yields exactly the words of that window.
+    """
+    begin_ms = request.start_sample * 1000 // 16000
+    end_ms = begin_ms + request.num_samples * 1000 // 16000
+    tokens = []
+    for k in range(max(0, begin_ms // WORD_MS), end_ms // WORD_MS + 1):
+        start, stop = k * WORD_MS + 50, k * WORD_MS + 250
+        if begin_ms <= start and stop <= end_ms:
+            tokens.append(Token(k, f" w{k}", start - begin_ms, stop - begin_ms))
+    text = "".join(t.text for t in tokens).strip()
+    return Transcript(text, "en", "neutral", "speech", request.options.itn, text, tuple(tokens))
+
+
+def words_between(begin_ms: int, end_ms: int) -> str:
+    """What a whole decode of stream ms [begin_ms, end_ms) says under `word_transcript`."""
+    ks = [k for k in range(end_ms // WORD_MS + 1) if begin_ms <= k * WORD_MS + 50]
+    return " ".join(f"w{k}" for k in ks if k * WORD_MS + 250 <= end_ms)

@@ -15,7 +15,13 @@ from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig, common_prefix
 from tests.speech import chunks, to_s16le
-from tests.streaming.fakes import EnergyVadModel, answer, final_requests
+from tests.streaming.fakes import (
+    EnergyVadModel,
+    answer,
+    final_requests,
+    word_transcript,
+    words_between,
+)
 
 SR = 16000
 BYTES_PER_S = 2 * SR  # s16le mono
@@ -148,6 +154,36 @@ def test_partials_arrive_during_speech_and_late_ones_are_dropped() -> None:
     events = session.events_to_send()
     assert not [e for e in events if isinstance(e, Partial)]
     assert len(finals(events)) == 1
+
+
+@pytest.mark.parametrize("hold_ms", [0, 2000])
+def test_partials_of_a_long_utterance_decode_a_bounded_tail(hold_ms: int) -> None:
+    audio = tone_bursts([(0.2, 10.2)], 11.0)
+    policy = PartialPolicy(interval_ms=400, adaptive=False, hold_ms=hold_ms, context_ms=500)
+    session = make_session(partials=policy)
+    held: list[InferenceRequest] = []
+    events: list = []
+    for i, piece in enumerate(chunks(to_s16le(audio), 3200)):
+        session.receive_audio(piece, now=i * 0.1)
+        for r in session.requests_to_submit():
+            held.append(r)
+            session.receive_result(InferenceResult(r, word_transcript(r)), now=i * 0.1)
+        events += session.events_to_send()
+    partial_reqs = [r for r in held if r.kind is RequestKind.PARTIAL]
+    partials = [e for e in events if isinstance(e, Partial)]
+    assert len(partials) >= 20
+    longest_ms = max(r.num_samples for r in partial_reqs) * 1000 // SR
+    if hold_ms:
+        # Hold, one interval and the context, plus a word gap and a block of slack.
+        assert longest_ms <= 2000 + 400 + 500 + 300 + 100
+    else:
+        assert longest_ms >= 9500
+    for p in partials:
+        # However little was decoded, a partial covers the utterance so far and says so.
+        assert p.start_ms == 200
+        assert p.text == words_between(200, p.end_ms)
+    (final,) = final_requests(held)
+    assert final.start_sample == int(0.2 * SR) and final.num_samples >= 10 * SR
 
 
 def test_stable_chars_is_the_settled_prefix() -> None:
