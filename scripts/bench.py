@@ -205,6 +205,10 @@ class ServerLoad:
     partials_dropped: int | None
     stats_samples: int
     decoded_audio_s: dict[str, float] | None = None  # per request kind
+    # Seconds the device spent on batches, and audio seconds decoded per busy second: the
+    # engine's speed under this load, to hold against its speed alone (the batch curve).
+    engine_busy_s: float | None = None
+    busy_audio_s_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,6 +725,9 @@ def server_load(
     """Batch sizes and queue delay from /metrics deltas; CPU and memory from /stats samples."""
     batch = histogram_delta(before, after, "engine_batch_size")
     delay = histogram_delta(before, after, "engine_queue_delay_seconds")
+    busy = histogram_delta(before, after, "engine_inference_seconds")
+    busy_s = round(busy.total, 1) if busy else None
+    audio_s = sum(decoded_audio_s.values()) if decoded_audio_s else None
     procs = [s.get("process") or {} for s in samples]
     cpu = [float(p["cpu_percent"]) for p in procs if "cpu_percent" in p]
     rss = [int(p["rss_bytes"]) for p in procs if "rss_bytes" in p]
@@ -739,6 +746,8 @@ def server_load(
         partials_dropped=partials_dropped,
         stats_samples=len(samples),
         decoded_audio_s=decoded_audio_s,
+        engine_busy_s=busy_s,
+        busy_audio_s_per_s=round(audio_s / busy_s, 2) if audio_s and busy_s else None,
     )
 
 
