@@ -196,12 +196,6 @@ def _open_session(path: Path, providers: list[Any], threads: int | None) -> Any:
     # The arena keeps the high-water mark of every batch shape it has seen; without it
     # memory follows the batch in flight, which the scheduler's budget bounds.
     options.enable_cpu_mem_arena = False
-    # Idle pool threads would spin for work between and after runs, taking the cores the
-    # event loop, the VAD and the feature threads share with them. Alone, a decode is
-    # about 5% slower without spinning; beside bursty multi-threaded work, 35% faster
-    # (interleaved A/B on 2 cores); in the server at 10 streams it used 173% CPU against
-    # 186% for the same decodes.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
