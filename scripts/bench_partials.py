@@ -1,8 +1,9 @@
 """Partial-decode work of the fixed and adaptive cadences for 5, 15 and 30 s utterances.
 
 It drives the real `streaming.Session` with a VAD that hears one continuous utterance,
-counts the partial requests and the audio they carry, and (with `--model`) times how long
-the engine takes to decode them.
+answers each partial with a word every 300 ms (so a bounded partial window can settle
+text and move on, as it does on speech), counts the partial requests and the audio they
+carry, and (with `--model`) times how long the engine takes to decode them.
 
 Example:
     python scripts/bench_partials.py --json benchmarks/partials.json \
@@ -20,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.types import SAMPLE_RATE, InferenceRequest, RequestKind
+from engine.types import (
+    SAMPLE_RATE,
+    InferenceRequest,
+    InferenceResult,
+    RequestKind,
+    Token,
+    Transcript,
+)
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
@@ -42,12 +50,28 @@ class OneUtteranceVad:
     def flush(self) -> list[VadEvent]:
         return []
 
+    def pending_end(self) -> int | None:
+        return None  # never a pause, so no early finals
+
 
 class OneUtteranceVadModel:
     name = "one-utterance"
 
     def new_stream(self, config: VadConfig) -> OneUtteranceVad:
         return OneUtteranceVad()
+
+
+WORD_MS = 300
+
+
+def words(request: InferenceRequest) -> Transcript:
+    """A word every 300 ms of the request's audio, timed on its clock."""
+    duration_ms = request.num_samples * 1000 // SAMPLE_RATE
+    tokens = tuple(
+        Token(1, " w", start, start + 200) for start in range(50, duration_ms - 200, WORD_MS)
+    )
+    text = "".join(t.text for t in tokens).strip()
+    return Transcript(text, "en", "neutral", "speech", True, text, tokens)
 
 
 def partial_requests(policy: PartialPolicy, seconds: float) -> list[InferenceRequest]:
@@ -61,20 +85,24 @@ def partial_requests(policy: PartialPolicy, seconds: float) -> list[InferenceReq
     requests: list[InferenceRequest] = []
     for i in range(int(seconds * 10)):
         session.receive_audio(frame, now=i / 10)
-        requests += session.requests_to_submit()
+        for request in session.requests_to_submit():
+            requests.append(request)
+            session.receive_result(InferenceResult(request, words(request)), now=i / 10)
     return [r for r in requests if r.kind is RequestKind.PARTIAL]
 
 
 def measure(policy: PartialPolicy, seconds: float, decode: Any | None) -> dict[str, Any]:
     requests = partial_requests(policy, seconds)
     audio_s = sum(r.num_samples for r in requests) / SAMPLE_RATE
-    intervals = np.diff([0] + [r.num_samples for r in requests]) / SAMPLE_RATE
+    ends = [r.start_sample + r.num_samples for r in requests]
+    intervals = np.diff([0, *ends]) / SAMPLE_RATE
     row: dict[str, Any] = {
         "utterance_s": seconds,
         "partials": len(requests),
         "decoded_audio_s": round(audio_s, 2),
         "decoded_audio_per_speech_s": round(audio_s / seconds, 2),
         "max_interval_s": round(float(intervals.max()), 2) if len(intervals) else None,
+        "longest_partial_s": max((r.num_samples for r in requests), default=0) / SAMPLE_RATE,
     }
     if decode is not None:
         started = time.perf_counter()
@@ -114,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     decode = make_decoder(args)
-    policies = {"fixed_400ms": PartialPolicy(adaptive=False), "adaptive": PartialPolicy()}
+    policies = {
+        "fixed_400ms": PartialPolicy(adaptive=False, hold_ms=0),
+        "adaptive": PartialPolicy(hold_ms=0),
+        "adaptive_hold_2s (default)": PartialPolicy(),
+    }
     report: dict[str, Any] = {"policies": {}, "model": args.model}
     for name, policy in policies.items():
         rows = [measure(policy, float(s), decode) for s in args.seconds.split(",")]
