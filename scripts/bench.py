@@ -37,8 +37,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -929,11 +930,15 @@ def run_once(
 # ---- capacity search -----------------------------------------------------------------------
 
 
-def find_capacity(passes: Callable[[int], bool], start: int, limit: int) -> int:
-    """Double N from `start` until a run fails, then bisect; the largest passing N (0: none)."""
+def capacity_search(start: int, limit: int) -> Generator[int, bool, int]:
+    """Double N from `start` until a run fails, then bisect.
+
+    Yields each N to try and is sent whether it passed; returns the largest passing N
+    (0: none). A generator, so that two servers' searches can take turns.
+    """
     lo, hi, n = 0, None, max(1, min(start, limit))
     while hi is None:
-        if passes(n):
+        if (yield n):
             lo = n
             if n >= limit:
                 break
@@ -942,11 +947,38 @@ def find_capacity(passes: Callable[[int], bool], start: int, limit: int) -> int:
             hi = n
     while hi is not None and hi - lo > 1:
         mid = (lo + hi) // 2
-        if passes(mid):
+        if (yield mid):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def find_capacity(passes: Callable[[int], bool], start: int, limit: int) -> int:
+    """The largest N that `passes`, by `capacity_search`."""
+    return interleave_searches([passes], start, limit)[0]
+
+
+def interleave_searches(
+    passes: Sequence[Callable[[int], bool]], start: int, limit: int
+) -> list[int]:
+    """Each server's capacity search, one run of each in turn.
+
+    This shared machine's speed drifts by up to 1.7x within minutes (the engine's own
+    busy-time readings show it), so searching one server and then the other compares
+    two different machines; taking turns exposes both to the same drift.
+    """
+    searches = [capacity_search(start, limit) for _ in passes]
+    trying = {i: next(search) for i, search in enumerate(searches)}
+    found = [0] * len(passes)
+    while trying:
+        for i in sorted(trying):
+            try:
+                trying[i] = searches[i].send(passes[i](trying[i]))
+            except StopIteration as stop:
+                found[i] = stop.value
+                del trying[i]
+    return found
 
 
 # ---- spawned servers -----------------------------------------------------------------------
@@ -1057,59 +1089,78 @@ class Target:
     http_url: str | None = None  # /stats and /metrics, when not on the WebSocket's port
 
 
-def measure_target(
-    target: Target,
+class LiveTarget:
+    """A server being measured: spawned if asked, its runs by stream count."""
+
+    def __init__(self, target: Target, config: BenchConfig, args: argparse.Namespace) -> None:
+        self.target = target
+        self.results: dict[int, RunResult] = {}
+        self.spawned = None
+        if target.command is not None:
+            print(f"[{target.name}] starting: {shlex.join(target.command)}", file=sys.stderr)
+            self.spawned = SpawnedServer(target.command, args.server_timeout_s)
+        self.url = self.spawned.url if self.spawned is not None else target.url or ""
+        self.endpoint = Endpoint.of(self.url, target.http_url, args.api_key)
+        self.stats = get_stats(self.endpoint)
+        if self.stats is None:
+            print(f"[{target.name}] no /stats at {self.endpoint.http_url}", file=sys.stderr)
+        self.end_silence, self.source = resolve_end_silence(self.stats, target, config)
+        self.config = replace(config, end_silence_ms=self.end_silence)
+
+    def passes(self, n: int, pool: Sequence[Clip]) -> bool:
+        if n not in self.results:
+            name, seconds = self.target.name, self.config.duration_s
+            print(f"[{name}] {n} stream(s) for {seconds:g} s", file=sys.stderr)
+            self.results[n] = run_once(self.endpoint, n, pool, self.config)
+            print_run(self.results[n])
+        return self.results[n].passed
+
+    def close(self) -> None:
+        if self.spawned is not None:
+            self.spawned.stop()
+
+    def report(self, capacity: int | None, max_streams: int) -> TargetReport:
+        runs = [self.results[k] for k in sorted(self.results)]
+        passing = [r.streams for r in runs if r.passed]
+        return TargetReport(
+            name=self.target.name,
+            url=self.url,
+            command=self.target.command,
+            engine=(self.stats or {}).get("engine"),
+            end_silence_ms=self.end_silence,
+            end_silence_source=self.source,
+            runs=tuple(runs),
+            capacity=capacity,
+            capacity_at_limit=capacity is not None and capacity >= max_streams,
+            largest_passing_streams=max(passing, default=0),
+        )
+
+
+def measure_targets(
+    targets: Sequence[Target],
     streams: Sequence[int],
     pool: Sequence[Clip],
     config: BenchConfig,
     args: argparse.Namespace,
-) -> TargetReport:
-    """Spawn the server if asked, then run the stream counts or the capacity search."""
-    spawned = None
-    if target.command is not None:
-        print(f"[{target.name}] starting: {shlex.join(target.command)}", file=sys.stderr)
-        spawned = SpawnedServer(target.command, args.server_timeout_s)
-    url = spawned.url if spawned is not None else target.url or ""
-    endpoint = Endpoint.of(url, target.http_url, args.api_key)
+) -> list[TargetReport]:
+    """Start every server (one after another, so their start-up tuning does not overlap),
+    then run the stream counts or the capacity searches, the servers taking turns."""
+    live: list[LiveTarget] = []
     try:
-        stats = get_stats(endpoint)
-        if stats is None:
-            print(f"[{target.name}] no /stats at {endpoint.http_url}", file=sys.stderr)
-        end_silence, source = resolve_end_silence(stats, target, config)
-        run_config = replace(config, end_silence_ms=end_silence)
-
-        results: dict[int, RunResult] = {}
-
-        def passes(n: int) -> bool:
-            if n not in results:
-                print(f"[{target.name}] {n} stream(s) for {config.duration_s:g} s", file=sys.stderr)
-                results[n] = run_once(endpoint, n, pool, run_config)
-                print_run(results[n])
-            return results[n].passed
-
-        capacity: int | None = None
+        for target in targets:
+            live.append(LiveTarget(target, config, args))
+        checks = [partial(t.passes, pool=pool) for t in live]
+        capacities: list[int | None] = [None] * len(live)
         if args.find_capacity:
-            capacity = find_capacity(passes, min(streams), args.max_streams)
+            capacities = list(interleave_searches(checks, min(streams), args.max_streams))
         else:
             for n in streams:
-                passes(n)
+                for check in checks:
+                    check(n)
     finally:
-        if spawned is not None:
-            spawned.stop()
-    runs = [results[k] for k in sorted(results)]
-    passing = [r.streams for r in runs if r.passed]
-    return TargetReport(
-        name=target.name,
-        url=url,
-        command=target.command,
-        engine=(stats or {}).get("engine"),
-        end_silence_ms=end_silence,
-        end_silence_source=source,
-        runs=tuple(runs),
-        capacity=capacity,
-        capacity_at_limit=capacity is not None and capacity >= args.max_streams,
-        largest_passing_streams=max(passing, default=0),
-    )
+        for t in live:
+            t.close()
+    return [t.report(c, args.max_streams) for t, c in zip(live, capacities, strict=True)]
 
 
 def resolve_end_silence(
@@ -1330,9 +1381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise_fd_limit()
     try:
         pool = build_pool(args.speech_dir)
-        reports = [
-            measure_target(t, args.streams, pool, config, args) for t in make_targets(args, config)
-        ]
+        reports = measure_targets(make_targets(args, config), args.streams, pool, config, args)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

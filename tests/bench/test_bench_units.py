@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,22 @@ def test_end_silence_from_the_command_line_or_stats() -> None:
     assert bench.resolve_end_silence({"vad": {"end_silence_ms": 250}}, command, config)[0] == 250
     assert bench.resolve_end_silence({}, bench.Target("y", url="ws://h:1/ws"), config)[0] == 500
     assert bench.http_base("ws://127.0.0.1:8765/ws") == "http://127.0.0.1:8765"
+
+
+def test_two_capacity_searches_take_turns() -> None:
+    order: list[tuple[str, int]] = []
+
+    def check(name: str, capacity: int) -> Callable[[int], bool]:
+        def passes(n: int) -> bool:
+            order.append((name, n))
+            return n <= capacity
+
+        return passes
+
+    found = bench.interleave_searches([check("a", 5), check("b", 12)], 4, 32)
+    assert found == [5, 12]
+    # Turns alternate while both searches run, so drift in the machine's speed hits both.
+    names = [name for name, _ in order]
+    a_runs = names.count("a")
+    assert names[: 2 * a_runs] == ["a", "b"] * a_runs
+    assert set(names[2 * a_runs :]) <= {"b"}
