@@ -39,7 +39,6 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1092,8 +1091,15 @@ class Target:
 class LiveTarget:
     """A server being measured: spawned if asked, its runs by stream count."""
 
-    def __init__(self, target: Target, config: BenchConfig, args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        target: Target,
+        pool: Sequence[Clip],
+        config: BenchConfig,
+        args: argparse.Namespace,
+    ) -> None:
         self.target = target
+        self.pool = pool
         self.results: dict[int, RunResult] = {}
         self.spawned = None
         if target.command is not None:
@@ -1107,11 +1113,11 @@ class LiveTarget:
         self.end_silence, self.source = resolve_end_silence(self.stats, target, config)
         self.config = replace(config, end_silence_ms=self.end_silence)
 
-    def passes(self, n: int, pool: Sequence[Clip]) -> bool:
+    def passes(self, n: int) -> bool:
         if n not in self.results:
             name, seconds = self.target.name, self.config.duration_s
             print(f"[{name}] {n} stream(s) for {seconds:g} s", file=sys.stderr)
-            self.results[n] = run_once(self.endpoint, n, pool, self.config)
+            self.results[n] = run_once(self.endpoint, n, self.pool, self.config)
             print_run(self.results[n])
         return self.results[n].passed
 
@@ -1148,8 +1154,8 @@ def measure_targets(
     live: list[LiveTarget] = []
     try:
         for target in targets:
-            live.append(LiveTarget(target, config, args))
-        checks = [partial(t.passes, pool=pool) for t in live]
+            live.append(LiveTarget(target, pool, config, args))
+        checks = [t.passes for t in live]
         capacities: list[int | None] = [None] * len(live)
         if args.find_capacity:
             capacities = list(interleave_searches(checks, min(streams), args.max_streams))
