@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -14,24 +17,40 @@ from engine.model_dir import ModelDir
 FEATURE_DIM = 560
 _M = TypeVar("_M", bound=nn.Module)
 VOCAB_SIZE = 25055
+log = logging.getLogger("sensestream.engine")
 
 
 def build_sensevoice(model_dir: ModelDir) -> nn.Module:
     """Construct the architecture the config describes, with no weights loaded yet."""
-    import funasr  # noqa: F401 - registers funasr's encoder classes in its tables
-    from funasr.models.sense_voice.model import SenseVoiceSmall
+    return sensevoice_from_config(model_dir.config)
 
-    config = model_dir.config
+
+def sensevoice_from_config(config: Mapping[str, Any]) -> nn.Module:
+    """funasr's SenseVoiceSmall built from a parsed config.yaml, with random weights."""
     model_conf = dict(config.get("model_conf") or {})
-    model = SenseVoiceSmall(
+    model: nn.Module = _sensevoice_class()(
         encoder=config.get("encoder", "SenseVoiceEncoderSmall"),
         encoder_conf=dict(config["encoder_conf"]),
         input_size=FEATURE_DIM,
         vocab_size=int(config.get("vocab_size", VOCAB_SIZE)),
         **model_conf,
     )
-    module: nn.Module = model
-    return module
+    return model
+
+
+def _sensevoice_class() -> Any:
+    """Import funasr's model class with its import-time chatter kept off stdout.
+
+    funasr prints a notice on stdout when ffmpeg is absent (we never use its audio
+    loading), which would corrupt the JSON lines and captions our CLIs print there.
+    """
+    chatter = io.StringIO()
+    with contextlib.redirect_stdout(chatter):
+        import funasr  # noqa: F401 - registers funasr's encoder classes in its tables
+        from funasr.models.sense_voice.model import SenseVoiceSmall
+    if chatter.getvalue().strip():
+        log.debug("funasr said at import: %s", chatter.getvalue().strip())
+    return SenseVoiceSmall
 
 
 def load_weights(model: nn.Module, model_dir: ModelDir) -> None:

@@ -15,11 +15,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def build_test_model(out: Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Run scripts/make_test_model.py, the same path users run."""
+    """Run the test-model builder's command line in a child process, as users do."""
     subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "make_test_model.py"),
+            "-m",
+            "engine.test_model",
             "--size",
             size,
             "--out",

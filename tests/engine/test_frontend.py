@@ -14,20 +14,23 @@ from engine.errors import AudioError, ModelDirIncompleteError
 from engine.frontend import Cmvn, Frontend, FrontendConfig, apply_lfr, pad_batch
 from tests.speech import Clip
 
-SHARED_MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "sensevoice-small"
-AM_MVN = SHARED_MODEL / "am.mvn"
+
+@pytest.fixture(scope="module")
+def frontend(tiny_model_dir: Path) -> Frontend:
+    """The real SenseVoiceSmall frontend config and CMVN (a test model carries both)."""
+    return Frontend.from_model_dir(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
-def frontend() -> Frontend:
-    return Frontend.from_model_dir(SHARED_MODEL)
+def am_mvn(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir / "am.mvn"
 
 
 @pytest.fixture(scope="module")
-def funasr_frontend() -> Any:
+def funasr_frontend(am_mvn: Path) -> Any:
     wav_frontend = pytest.importorskip("funasr.frontends.wav_frontend")
     return wav_frontend.WavFrontend(
-        cmvn_file=str(AM_MVN), fs=16000, window="hamming", n_mels=80, frame_length=25,
+        cmvn_file=str(am_mvn), fs=16000, window="hamming", n_mels=80, frame_length=25,
         frame_shift=10, lfr_m=7, lfr_n=6, dither=0.0,
     )  # fmt: skip
 
@@ -84,9 +87,7 @@ def test_num_frames_matches_features_at_edges(frontend: Frontend, num_samples: i
 
 @settings(max_examples=60, deadline=None)
 @given(num_samples=st.integers(min_value=400, max_value=40000))
-def test_num_frames_matches_features(num_samples: int) -> None:
-    # Hypothesis forbids function-scoped fixtures, so build the frontend here (cheap).
-    frontend = Frontend.from_model_dir(SHARED_MODEL)
+def test_num_frames_matches_features(frontend: Frontend, num_samples: int) -> None:
     audio = np.full(num_samples, 0.01, dtype=np.float32)
     assert frontend.num_frames(num_samples) == frontend.features(audio).shape[0]
 
@@ -128,8 +129,8 @@ def test_features_are_deterministic(frontend: Frontend) -> None:
     np.testing.assert_array_equal(frontend.features(audio), frontend.features(audio))
 
 
-def test_cmvn_parses_shared_am_mvn() -> None:
-    cmvn = Cmvn.from_file(AM_MVN)
+def test_cmvn_parses_the_real_am_mvn(am_mvn: Path) -> None:
+    cmvn = Cmvn.from_file(am_mvn)
     assert cmvn.shift.shape == (560,)
     assert cmvn.scale.shape == (560,)
     assert cmvn.shift.dtype == np.float32 and cmvn.scale.dtype == np.float32
@@ -173,8 +174,8 @@ def test_from_model_dir_missing_files(tmp_path: Path) -> None:
         Frontend.from_model_dir(tmp_path)
 
 
-def test_cmvn_dim_must_match_config() -> None:
-    cmvn = Cmvn.from_file(AM_MVN)
+def test_cmvn_dim_must_match_config(am_mvn: Path) -> None:
+    cmvn = Cmvn.from_file(am_mvn)
     with pytest.raises(ValueError, match="560"):
         Frontend(FrontendConfig(lfr_m=5), cmvn)
 

@@ -1,20 +1,27 @@
-"""scripts/make_test_model.py: layout, tokenizer ids, strict weight loading, determinism."""
+"""engine.test_model (and its thin CLI): layout, tokenizer ids, strict loading, determinism."""
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from engine import test_model
+from engine.frontend import Cmvn
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "make_test_model.py"
-SHARED_MODEL = REPO.parent / "shared" / "sensevoice-small"
+# The published SenseVoiceSmall files, pinned by content: the package must carry these.
+REAL_SHA256 = {
+    "am.mvn": "29b3c740a2c0cfc6b308126d31d7f265fa2be74f3bb095cd2f143ea970896ae5",
+    "config.yaml": "f71e239ba36705564b5bf2d2ffd07eece07b8e3f2bbf6d2c99d8df856339ac19",
+    "configuration.json": "02810a7f8e9e8aee10370a265f7e799728ce25b4c00cdbf4602b303ee395a38e",
+}
 BPE_NAME = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 LAYOUT = (
     "model.pt",
@@ -75,19 +82,14 @@ ROUND_TRIP = (
 )
 
 
-@pytest.fixture(scope="module")
-def script() -> ModuleType:
-    """The script loaded as a module, for in-process builds."""
-    spec = importlib.util.spec_from_file_location("make_test_model", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def real_file(name: str) -> bytes:
+    """One of the real model's small files as the package ships it."""
+    return (test_model.assets() / "sensevoice_small" / name).read_bytes()
 
 
-def build_in_process(script: ModuleType, out: Path, seed: int) -> Path:
+def build_in_process(out: Path, seed: int) -> Path:
     """Build a tiny model dir in this process (funasr is imported once per test session)."""
-    script.build(out, "tiny", seed, SHARED_MODEL)
+    test_model.build(out, "tiny", seed)
     return out
 
 
@@ -117,7 +119,7 @@ def test_layout(tiny_model_dir: Path) -> None:
     for name in LAYOUT:
         assert (tiny_model_dir / name).is_file(), name
     for name in ("am.mvn", "configuration.json"):
-        assert (tiny_model_dir / name).read_bytes() == (SHARED_MODEL / name).read_bytes()
+        assert (tiny_model_dir / name).read_bytes() == real_file(name)
     marker = json.loads((tiny_model_dir / "sensestream_test_model.json").read_text())
     assert marker["test_model"] is True
     assert marker["size"] == "tiny"
@@ -129,7 +131,7 @@ def test_layout(tiny_model_dir: Path) -> None:
 def test_tiny_config_changes_only_the_encoder_sizes(tiny_model_dir: Path) -> None:
     import yaml
 
-    real = yaml.safe_load((SHARED_MODEL / "config.yaml").read_text())
+    real = yaml.safe_load(real_file("config.yaml"))
     tiny = yaml.safe_load((tiny_model_dir / "config.yaml").read_text())
     assert tiny["encoder_conf"] == {**real["encoder_conf"], **TINY_ENCODER}
     tiny["encoder_conf"] = real["encoder_conf"]
@@ -188,31 +190,29 @@ def test_state_dict_loads_strictly_from_written_config(tiny_model_dir: Path) -> 
     assert marker["parameters"] == sum(p.numel() for p in model.parameters())
 
 
-def test_same_seed_is_deterministic(
-    script: ModuleType, tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    again = build_in_process(script, tmp_path / "again", seed=0)
+def test_same_seed_is_deterministic(tiny_model_dir: Path, tmp_path: Path) -> None:
+    again = build_in_process(tmp_path / "again", seed=0)
     assert states_equal(load_state(again), load_state(tiny_model_dir))
     assert (again / BPE_NAME).read_bytes() == (tiny_model_dir / BPE_NAME).read_bytes()
     assert (again / "config.yaml").read_bytes() == (tiny_model_dir / "config.yaml").read_bytes()
 
 
-def test_different_seed_differs(script: ModuleType, tiny_model_dir: Path, tmp_path: Path) -> None:
-    other = build_in_process(script, tmp_path / "other", seed=1)
+def test_different_seed_differs(tiny_model_dir: Path, tmp_path: Path) -> None:
+    other = build_in_process(tmp_path / "other", seed=1)
     a, b = load_state(other), load_state(tiny_model_dir)
     assert a.keys() == b.keys()
     assert not states_equal(a, b)
 
 
 def test_funasr_automodel_loads_the_weights_from_the_file(
-    script: ModuleType, tiny_model_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     import torch
     from funasr import AutoModel
 
     # Seed 5, not 0: AutoModel seeds 0 before it builds, so a seed-0 file would pass even
     # if the weights were never loaded.
-    model_dir = build_in_process(script, tmp_path / "seed5", seed=5)
+    model_dir = build_in_process(tmp_path / "seed5", seed=5)
     threads = torch.get_num_threads()
     auto = AutoModel(
         model=str(model_dir), device="cpu", disable_update=True, ncpu=threads, disable_log=True
@@ -224,26 +224,37 @@ def test_funasr_automodel_loads_the_weights_from_the_file(
     assert auto.kwargs["tokenizer"].get_vocab_size() == 25055
 
 
-def test_missing_shared_files_fail_clearly(tmp_path: Path) -> None:
-    shared = tmp_path / "empty-shared"
-    shared.mkdir()
-    (shared / "config.yaml").write_text("encoder: SenseVoiceEncoderSmall\n")
+@pytest.mark.parametrize("name", sorted(REAL_SHA256))
+def test_package_ships_the_real_small_files(name: str) -> None:
+    assert hashlib.sha256(real_file(name)).hexdigest() == REAL_SHA256[name]
+
+
+def test_packaged_files_describe_the_real_architecture(tmp_path: Path) -> None:
+    import yaml
+
+    encoder = yaml.safe_load(real_file("config.yaml"))["encoder_conf"]
+    assert (encoder["output_size"], encoder["attention_heads"]) == (512, 4)
+    assert (encoder["num_blocks"], encoder["tp_blocks"]) == (50, 20)
+    (tmp_path / "am.mvn").write_bytes(real_file("am.mvn"))
+    cmvn = Cmvn.from_file(tmp_path / "am.mvn")
+    assert cmvn.shift.shape == cmvn.scale.shape == (560,)
+
+
+def test_script_is_a_thin_cli_that_builds_from_any_directory(tmp_path: Path) -> None:
+    out = tmp_path / "model"
     result = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--size",
-            "tiny",
-            "--out",
-            str(tmp_path / "out"),
-            "--shared",
-            str(shared),
-        ],
+        [sys.executable, str(SCRIPT), "--size", "tiny", "--out", str(out), "--seed", "3"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=tmp_path,
     )
-    assert result.returncode != 0
-    assert "missing" in result.stderr
-    assert "configuration.json" in result.stderr and "am.mvn" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("make_test_model: wrote tiny model (RANDOM weights, seed 3)")
+    assert json.loads((out / "sensestream_test_model.json").read_text())["seed"] == 3
+
+
+def test_unknown_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="size must be one of tiny, full"):
+        test_model.build(tmp_path / "out", "huge")
     assert not (tmp_path / "out").exists()
