@@ -7,10 +7,13 @@ measured once, on the first, since every device runs the same model at the same 
 
 from __future__ import annotations
 
+import importlib.metadata
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,12 +32,21 @@ from engine.loader import BackendOptions, create_backend
 from engine.model_dir import DEFAULT_MODEL_ID, ModelDir, resolve_model
 from engine.recognizer import Recognizer, Utterance
 from engine.scheduler import Scheduler, SchedulerConfig
+from engine.tuning_cache import (
+    Tuning,
+    cpu_identity,
+    load_tuning,
+    save_tuning,
+    tuning_key,
+    weights_fact,
+)
 from engine.types import SAMPLE_RATE, DecodeOptions
 
 __all__ = ["peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
 
 CPU_DEFAULT_BUDGET = 2 * GIB
 MAX_FEATURE_THREADS = 8
+log = logging.getLogger("sensestream.engine")
 
 OpenBackend = Callable[[ModelDir, BackendOptions], Backend]
 MemoryOf = Callable[[str, str], DeviceMemory]
@@ -66,6 +78,8 @@ class EngineConfig:
     autotune_tolerance: float = 0.15
     feature_threads: int | None = None
     calibration_batches: tuple[int, ...] | None = None
+    # Where CPU builds keep what they measured for the next start (None: always measure).
+    tuning_cache: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.budget_fraction <= 1:
@@ -187,19 +201,15 @@ def build_engine_parts(
     ]
     loaded = time.perf_counter()
     first = devices[0]
-    cost = calibrated_cost(first.recognizer, first.memory, config)
+    tuning = _tune(config, model_dir, first, min(d.budget.total for d in devices))
     for other in devices[1:]:
         # Kernel selection and library handles are per device: pay for them before serving.
         time_batch(other.recognizer, 1, config.autotune_seconds, repeats=1)
-    curve: tuple[dict[str, float], ...] = ()
-    if config.max_batch is not None:
-        max_batch = config.max_batch
-    else:
-        frames = first.recognizer.frontend.num_frames(int(config.autotune_seconds * SAMPLE_RATE))
-        smallest = min(d.budget.total for d in devices)
-        max_batch, curve = choose_max_batch(
-            first.recognizer, config, fits=lambda b: cost.bytes(b, frames) <= smallest
-        )
+    max_batch, curve = tuning.max_batch, tuning.curve
+    cost = CostModel(
+        architecture_of(dict(model_dir.config), config.backend.resolved_precision()),
+        scale=tuning.cost_scale,
+    )
     scheduler = Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=config.max_wait_ms),
         first.budget,
@@ -225,6 +235,65 @@ def build_engine_parts(
         feature_threads=feature_threads(config, os.cpu_count() or 1),
     )
     return EngineParts(tuple(d.recognizer for d in devices), scheduler, report)
+
+
+def _tune(config: EngineConfig, model_dir: ModelDir, first: _Device, smallest: int) -> Tuning:
+    """The cost scale and batch size: stored from an earlier start on this host, or measured.
+
+    Only CPU builds are stored: a GPU's warm-up also selects its kernels, which a stored
+    answer would skip, and GPU hosts start rarely enough to afford the seconds.
+    """
+    folder = config.tuning_cache if not config.on_gpu else None
+    key = tuning_key(_tuning_facts(config, model_dir, first))
+    stored = load_tuning(folder, key) if folder is not None else None
+    if stored is not None:
+        # One decode still pays for the runtime's first-call allocations before serving.
+        time_batch(first.recognizer, 1, config.autotune_seconds, repeats=1)
+        log.info("reusing the batch size and cost scale measured at an earlier start")
+        return stored
+    cost = calibrated_cost(first.recognizer, first.memory, config)
+    if config.max_batch is not None:
+        tuning = Tuning(config.max_batch, (), cost.scale)
+    else:
+        frames = first.recognizer.frontend.num_frames(int(config.autotune_seconds * SAMPLE_RATE))
+        max_batch, curve = choose_max_batch(
+            first.recognizer, config, fits=lambda b: cost.bytes(b, frames) <= smallest
+        )
+        tuning = Tuning(max_batch, curve, cost.scale)
+    if folder is not None:
+        save_tuning(folder, key, tuning)
+    return tuning
+
+
+def _tuning_facts(config: EngineConfig, model_dir: ModelDir, first: _Device) -> dict[str, Any]:
+    """Everything a stored tuning depends on; any change measures again."""
+    runtime = {name: _version(name) for name in ("onnxruntime", "torch", "numpy")}
+    return {
+        "weights": weights_fact(model_dir.weights_path),
+        "backend": first.recognizer.backend.name,
+        "options": asdict(config.backend),
+        "devices": config.devices,
+        "budget": first.budget.total,
+        "settings": [
+            config.max_batch,
+            config.max_segment_ms,
+            config.latency_target_s,
+            config.autotune_seconds,
+            config.autotune_candidates,
+            config.autotune_tolerance,
+            config.calibration_batches,
+        ],
+        "cpu": cpu_identity(),
+        "cpus": os.cpu_count(),
+        "runtime": runtime,
+    }
+
+
+def _version(module: str) -> str | None:
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _open_device(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -25,7 +27,7 @@ LOCAL_DIR_HINT = (
     "Point --model at a local directory holding model.pt, config.yaml, am.mvn, "
     "configuration.json and the tokenizer (for example a copy of iic/SenseVoiceSmall "
     "fetched on a machine with a network), or build a random-weight test model with "
-    "`python scripts/make_test_model.py --size full --out models/test-full`."
+    "`python -m engine.test_model --size full --out models/test-full`."
 )
 
 
@@ -61,20 +63,33 @@ class SnapshotDownload(Protocol):
     def __call__(self, model_id: str, *, local_files_only: bool = False) -> str: ...
 
 
+class Reachable(Protocol):
+    """Whether a network endpoint answers within a deadline (injectable for tests)."""
+
+    def __call__(self, url: str, timeout_s: float) -> bool: ...
+
+
 def resolve_model(
     spec: str,
     *,
-    timeout_s: float = 10.0,
+    probe_timeout_s: float = 3.0,
     need_weights: bool = True,
     download: SnapshotDownload | None = None,
+    reachable: Reachable | None = None,
 ) -> ModelDir:
-    """Turn a local path or a ModelScope id into a validated `ModelDir`."""
+    """Turn a local path or a ModelScope id into a validated `ModelDir`.
+
+    An id is looked up in the local ModelScope cache first; only a miss touches the
+    network, and only after one quick probe shows the hub answers, so a machine with no
+    network fails within `probe_timeout_s` instead of sitting through the client's retries.
+    """
     path = Path(spec).expanduser()
     if path.is_dir():
         return load_model_dir(path, need_weights=need_weights)
     if _looks_like_path(spec):
         raise ModelNotFoundError(f"model directory {spec!r} does not exist. {LOCAL_DIR_HINT}")
-    fetched = _from_modelscope(spec, timeout_s, download or _modelscope_download(spec))
+    fetch = download or _modelscope_download(spec)
+    fetched = _from_modelscope(spec, fetch, reachable or endpoint_reachable, probe_timeout_s)
     return load_model_dir(fetched, need_weights=need_weights)
 
 
@@ -132,37 +147,56 @@ def _modelscope_download(model_id: str) -> SnapshotDownload:
     return download
 
 
-def _from_modelscope(model_id: str, timeout_s: float, download: SnapshotDownload) -> Path:
-    """Resolve an id through the local ModelScope cache, else download within a deadline."""
+def _from_modelscope(
+    model_id: str, download: SnapshotDownload, reachable: Reachable, probe_timeout_s: float
+) -> Path:
+    """Resolve an id through the local ModelScope cache, else download it once."""
     try:
         return Path(download(model_id, local_files_only=True))
     except Exception:  # noqa: BLE001 - modelscope raises many types for "not cached"
         pass
-    return _download_with_deadline(download, model_id, timeout_s)
+    endpoint = _modelscope_endpoint()
+    if not reachable(endpoint, probe_timeout_s):
+        raise ModelNotFoundError(
+            f"{model_id!r} is not in the ModelScope cache and {endpoint} did not answer "
+            f"within {probe_timeout_s:g} s (no network?). {LOCAL_DIR_HINT}"
+        )
+    try:
+        return Path(download(model_id))
+    except Exception as exc:  # reported with the hint, whatever the type
+        raise ModelNotFoundError(
+            f"could not download {model_id!r} from ModelScope: {exc}. {LOCAL_DIR_HINT}"
+        ) from exc
 
 
-def _download_with_deadline(download: SnapshotDownload, model_id: str, timeout_s: float) -> Path:
-    # modelscope retries for ~20 s when offline; run it on a daemon thread so a
-    # deadline can end the wait without blocking interpreter exit.
+def _modelscope_endpoint() -> str:
+    try:
+        from modelscope.hub.utils.utils import get_endpoint
+    except ImportError:
+        return "https://www.modelscope.cn"
+    return str(get_endpoint())
+
+
+def endpoint_reachable(url: str, timeout_s: float) -> bool:
+    """Whether a TCP connection to the URL's host opens within `timeout_s`.
+
+    Name resolution has no timeout of its own, so the probe runs on a daemon thread and
+    the deadline covers both; a probe that outlives it is simply abandoned.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     done = threading.Event()
-    outcome: dict[str, Any] = {}
+    outcome: list[bool] = []
 
-    def work() -> None:
+    def probe() -> None:
         try:
-            outcome["path"] = download(model_id)
-        except Exception as exc:  # noqa: BLE001 - reported below with the hint
-            outcome["error"] = exc
+            with socket.create_connection((host, port), timeout=timeout_s):
+                outcome.append(True)
+        except OSError:
+            outcome.append(False)
         finally:
             done.set()
 
-    threading.Thread(target=work, name="modelscope-download", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise ModelNotFoundError(
-            f"could not download {model_id!r} from ModelScope within {timeout_s:.0f} s "
-            f"(no network?). {LOCAL_DIR_HINT}"
-        )
-    if "error" in outcome:
-        raise ModelNotFoundError(
-            f"could not download {model_id!r} from ModelScope: {outcome['error']}. {LOCAL_DIR_HINT}"
-        ) from outcome["error"]
-    return Path(outcome["path"])
+    threading.Thread(target=probe, name="modelscope-probe", daemon=True).start()
+    return done.wait(timeout_s) and bool(outcome) and outcome[0]

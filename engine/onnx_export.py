@@ -90,10 +90,12 @@ def quantize_int8(src: Path, dst: Path) -> None:
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # The quantizer logs one INFO line per tensor through the root logger.
+    # The quantizer logs one INFO line per tensor, and generic advice as a WARNING, straight
+    # on the root logger. A filter there drops only its records: records of other loggers
+    # reach the root's handlers by propagation and never pass the root logger's filters.
     root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.WARNING))
+    quiet = _QuantizerChatter()
+    root.addFilter(quiet)
     try:
         quantize_dynamic(
             str(src),
@@ -103,7 +105,15 @@ def quantize_int8(src: Path, dst: Path) -> None:
             weight_type=QuantType.QUInt8,
         )
     finally:
-        root.setLevel(level)
+        root.removeFilter(quiet)
+
+
+class _QuantizerChatter(logging.Filter):
+    """Drops onnxruntime.quantization's below-ERROR records logged on the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        chatter = "onnxruntime" in record.pathname and "quantization" in record.pathname
+        return record.levelno >= logging.ERROR or not chatter
 
 
 def convert_fp16(src: Path, dst: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +154,41 @@ def test_missing_model_dir_is_a_setup_error(
     code = main(["transcribe", "--model", str(tmp_path / "none"), "x.wav"], out=io.StringIO())
     assert code == 2
     assert "model_not_found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_stdout_holds_only_json_lines_whatever_a_library_prints(
+    tiny_model_dir: Path, speech_clips: list[Clip], tmp_path: Path, backend: str
+) -> None:
+    # A broken ffmpeg on PATH makes funasr print its notice at import, as on a machine
+    # without ffmpeg; a fresh copy makes the ONNX run export (which imports funasr) first.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ffmpeg").write_text("#!/bin/sh\nexit 1\n")
+    (tools / "ffmpeg").chmod(0o755)
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
+    for onnx in model.glob("*.onnx"):
+        onnx.unlink()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "transcribe",
+            "--model",
+            str(model),
+            "--backend",
+            backend,
+            "--precision",
+            "fp32",
+            str(speech_clips[0].path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    assert json.loads(lines[0])["file"] == str(speech_clips[0].path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -44,35 +45,79 @@ def test_nonexistent_path_is_not_treated_as_an_id(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "nope"))
 
 
-def test_offline_id_fails_within_deadline() -> None:
-    released = threading.Event()
+class RecordingHub:
+    """A ModelScope client double: an empty cache, and a download that records its calls."""
 
-    def hanging_download(model_id: str) -> str:
-        released.wait(30)  # a download that never connects
-        return "/nowhere"
+    def __init__(self, fetched: Path | None = None) -> None:
+        self.downloads: list[str] = []
+        self.fetched = fetched
 
-    def no_cache(model_id: str, *, local_files_only: bool = False) -> str:
+    def __call__(self, model_id: str, *, local_files_only: bool = False) -> str:
         if local_files_only:
             raise FileNotFoundError("not cached")
-        return hanging_download(model_id)
+        self.downloads.append(model_id)
+        if self.fetched is None:
+            raise ConnectionError("listing failed")
+        return str(self.fetched)
 
-    started = time.monotonic()
-    with pytest.raises(ModelNotFoundError) as info:
-        resolve_model("iic/SenseVoiceSmall", timeout_s=1.0, download=no_cache)
-    released.set()
-    assert time.monotonic() - started < 5
+
+def test_unreachable_hub_fails_at_once_without_a_download() -> None:
+    hub = RecordingHub()
+    with pytest.raises(ModelNotFoundError, match="did not answer within 3 s") as info:
+        resolve_model("iic/SenseVoiceSmall", download=hub, reachable=lambda url, t: False)
+    assert hub.downloads == [], "no download (and no retries) once the probe fails"
     assert "local directory" in str(info.value)
 
 
-def test_real_offline_modelscope_fails_within_10s(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_reachable_hub_downloads_once(tiny_model_dir: Path) -> None:
+    hub = RecordingHub(fetched=tiny_model_dir)
+    found = resolve_model("iic/SenseVoiceSmall", download=hub, reachable=lambda url, t: True)
+    assert found.path == tiny_model_dir.resolve()
+    assert hub.downloads == ["iic/SenseVoiceSmall"]
+
+
+def test_failed_download_names_the_cause() -> None:
+    hub = RecordingHub()
+    with pytest.raises(ModelNotFoundError, match="listing failed"):
+        resolve_model("iic/SenseVoiceSmall", download=hub, reachable=lambda url, t: True)
+
+
+def test_probe_answers_for_a_listening_port_and_a_closed_one() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        assert md.endpoint_reachable(f"http://127.0.0.1:{port}/", 2.0)
+    started = time.monotonic()
+    assert not md.endpoint_reachable(f"http://127.0.0.1:{port}/", 2.0)
+    assert time.monotonic() - started < 1.0
+
+
+def test_probe_keeps_its_deadline_when_the_connect_hangs(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The real client on this network-less machine: cache miss, then a deadline.
+    released = threading.Event()
+
+    def hanging_connect(address: object, timeout: float) -> socket.socket:
+        released.wait(30)  # e.g. a resolver with no timeout of its own
+        raise OSError("never")
+
+    monkeypatch.setattr(md.socket, "create_connection", hanging_connect)
+    started = time.monotonic()
+    assert not md.endpoint_reachable("https://hub.invalid/", 0.5)
+    released.set()
+    assert time.monotonic() - started < 2.0
+
+
+def test_real_offline_modelscope_fails_within_seconds_and_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The real client on this network-less machine: a cache miss, one probe, no retries.
     monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms-cache"))
     started = time.monotonic()
     with pytest.raises(ModelNotFoundError, match="--model"):
         resolve_model("iic/SenseVoiceSmall")
-    assert time.monotonic() - started < 12
+    assert time.monotonic() - started < 5
+    time.sleep(1.5)  # the client's first retry would be logged by now
+    assert not [r for r in caplog.records if "retry" in r.getMessage().lower()]
 
 
 def test_cached_modelscope_id_resolves(tiny_model_dir: Path) -> None:
