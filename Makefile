@@ -4,11 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv serve test lint typecheck unit bench-engine clean
+.PHONY: venv system-deps serve test lint typecheck unit bench-engine clean
 
 venv: $(STAMP)
 
-# torch first, pinned, so no later requirement pulls a CUDA build (FINDINGS.md).
+# torch first, pinned, so no later requirement pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -26,7 +26,10 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy
 
-unit: venv
+system-deps:
+	bash scripts/system_deps.sh
+
+unit: venv system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit

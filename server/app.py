@@ -5,28 +5,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import ssl
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from engine.async_engine import AsyncEngine
-from engine.builder import EngineConfig, EngineReport, build_engine_parts
+from engine.builder import EngineReport, build_engine_parts
 from engine.devices import device_index
 from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, load_nvml
-from engine.types import SAMPLE_RATE
+from engine.types import SAMPLE_RATE, RequestKind
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ServerConfig
 from server.connection import Connection
 from server.http import json_response, response, static_file, text_response, unauthorized
+from server.listen import Listeners, bound_port, page_url
+from server.models import choose_model, engine_config
 from streaming.errors import ServerFullError
 from streaming.limits import SessionLimits
 from streaming.messages import ErrorEvent, dump_event
@@ -108,9 +112,9 @@ def make_vad(config: ServerConfig) -> VadModel:
 class App:
     """Owns the engine, the VAD weights, the sessions and the listening socket."""
 
-    def __init__(self, config: ServerConfig, engine_config: EngineConfig) -> None:
+    def __init__(self, config: ServerConfig, environ: Mapping[str, str] | None = None) -> None:
         self.config = config
-        self.engine_config = engine_config
+        self.environ: Mapping[str, str] = environ if environ is not None else {}
         self.registry = CollectorRegistry()
         self.metrics = ServerMetrics(self.registry)
         self.monitor = Monitor(self.registry, load_nvml())
@@ -124,17 +128,20 @@ class App:
         self.server: Server | None = None
         self.started = time.monotonic()
         self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
 
     # ---- lifecycle ----------------------------------------------------------------
 
-    async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
+    async def serve(
+        self, listeners: Listeners, on_listening: Callable[[int], None] | None = None
+    ) -> None:
         """Listen at once (health answers while loading), load, serve until shutdown."""
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(listeners.close)
             server = await stack.enter_async_context(
                 serve(
                     self._handle,
-                    self.config.host,
-                    self.config.port,
+                    sock=listeners.main,
                     process_request=self._process_request,
                     compression=None,  # PCM does not deflate; compression would only cost CPU
                     # A hard cap for the library; our own limits answer with an error event.
@@ -143,21 +150,25 @@ class App:
                     write_limit=self.config.send_buffer_bytes or 32 * 1024,
                 )
             )
-            if self.config.metrics_port is not None:
-                ops = await stack.enter_async_context(self._ops_listener())
-                ops_port = next(iter(ops.sockets)).getsockname()[1]
-                log.info("operational endpoints on %s:%d", self.config.host, ops_port)
+            if listeners.ops is not None:
+                await stack.enter_async_context(self._ops_listener(listeners.ops))
+                log.info(
+                    "operational endpoints on %s:%d", self.config.host, bound_port(listeners.ops)
+                )
             self.server = server
-            port = next(iter(server.sockets)).getsockname()[1]
-            log.info("listening on %s:%d", self.config.host, port)
+            port = bound_port(listeners.main)
+            log.info(
+                "listening on port %d, page at %s; loading the model (/readyz: 503 until ready)",
+                port,
+                page_url(self.config, port),
+            )
             if on_listening is not None:
                 on_listening(port)
             await self._run_until_stopped()
 
-    def _ops_listener(self) -> Server:
+    def _ops_listener(self, sock: socket.socket) -> Server:
         """/metrics, /stats and health on their own address, e.g. a private interface."""
-        port = self.config.metrics_port or 0
-        return serve(_refuse, self.config.host, port, process_request=self._process_ops_request)
+        return serve(_refuse, sock=sock, process_request=self._process_ops_request)
 
     async def _run_until_stopped(self) -> None:
         lag = asyncio.create_task(self._watch_loop_lag())
@@ -175,11 +186,15 @@ class App:
         if self.state != "draining":
             log.info("shutdown requested: draining %d session(s)", len(self.sessions))
         self.state = "draining"
+        self._ready.set()  # long-polled /readyz answers now (503: draining)
         self._stop.set()
 
     async def _load(self) -> None:
         started = time.perf_counter()
-        parts = await asyncio.to_thread(build_engine_parts, self.engine_config)
+        model = await asyncio.to_thread(choose_model, self.config, self.environ)
+        parts = await asyncio.to_thread(
+            build_engine_parts, engine_config(self.config, model, self.environ)
+        )
         report = parts.report
         self.vad = await asyncio.to_thread(make_vad, self.config)
         self.engine = AsyncEngine(
@@ -194,6 +209,7 @@ class App:
         self.metrics.cold_start.set(time.perf_counter() - started)
         if self.state == "starting":
             self.state = "ready"
+        self._ready.set()
         log.info(
             "ready in %.1f s: %s, max_batch %d, budget %d MiB",
             time.perf_counter() - started,
@@ -232,19 +248,23 @@ class App:
 
     # ---- HTTP ---------------------------------------------------------------------
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    async def _process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path == "/ws":
             return self._admit_websocket(request)
         if path in OPS_PATHS and self.config.metrics_port is None:
-            return self._ops_route(path, request)
+            return await self._ops_route(path, request)
         return static_file(path)
 
-    def _process_ops_request(self, connection: ServerConnection, request: Request) -> Response:
+    async def _process_ops_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response:
         """The separate metrics listener answers only the operational routes."""
         path = request.path.split("?", 1)[0]
         if path in OPS_PATHS:
-            return self._ops_route(path, request)
+            return await self._ops_route(path, request)
         return text_response(404, "not found\n")
 
     def _admit_websocket(self, request: Request) -> Response | None:
@@ -257,7 +277,7 @@ class App:
             return text_response(503, f"server is {self.state}\n")
         return None
 
-    def _ops_route(self, path: str, request: Request) -> Response:
+    async def _ops_route(self, path: str, request: Request) -> Response:
         guarded = path in ("/metrics", "/stats") and self.config.protect_metrics and self.keys
         if guarded and not key_matches(presented_token(request), self.keys):
             return response(
@@ -266,10 +286,22 @@ class App:
         if path == "/healthz":
             return text_response(200, "ok\n")
         if path == "/readyz":
+            await self._wait_until_ready(request)
             return self._readyz()
         if path == "/metrics":
             return self._metrics()
         return json_response(200, self.stats())
+
+    async def _wait_until_ready(self, request: Request) -> None:
+        """`/readyz?wait=S` holds the answer until ready (at most S, up to 8), a long poll.
+
+        Deployment scripts and tests then wait on the event itself, not on a polling loop.
+        """
+        wait_s = readiness_wait(request.path)
+        if wait_s > 0 and self.state == "starting":
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._ready.wait()
 
     def _readyz(self) -> Response:
         engine_ok = self.engine is not None and self.engine.healthy
@@ -305,9 +337,10 @@ class App:
                 "max_batch": sched.config.max_batch,
                 "mean_padding_efficiency": round(st.padding_efficiency_sum / max(st.batches, 1), 3),
                 "oom_splits": st.oom_splits,
+                # Every kind, zero included, so a dashboard's series exist from the start.
                 "audio_s_by_kind": {
-                    kind: round(samples / SAMPLE_RATE, 1)
-                    for kind, samples in sorted(st.samples_by_kind.items())
+                    kind.value: round(st.samples_by_kind.get(kind.value, 0) / SAMPLE_RATE, 1)
+                    for kind in sorted(RequestKind, key=lambda k: k.value)
                 },
             }
             out["memory"] = {
@@ -367,6 +400,21 @@ class App:
             limit = self.config.max_sessions_per_ip
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
+
+
+#: The longest /readyz long poll: the websockets library closes any request whose answer
+#: takes longer than its 10 s opening timeout, which also guards against slow clients.
+READY_WAIT_CAP_S = 8.0
+
+
+def readiness_wait(path: str, cap_s: float = READY_WAIT_CAP_S) -> float:
+    """The `wait` query parameter of /readyz in seconds (0 when absent or malformed)."""
+    values = parse_qs(urlsplit(path).query).get("wait", [])
+    try:
+        wait_s = float(values[0]) if values else 0.0
+    except ValueError:
+        return 0.0
+    return min(max(wait_s, 0.0), cap_s) if math.isfinite(wait_s) else 0.0
 
 
 async def _refuse(ws: ServerConnection) -> None:

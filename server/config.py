@@ -51,8 +51,14 @@ class ServerConfig:
     partial_hold_ms: int = 2000
     early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
     shutdown_timeout_s: float = 30.0
+    # With no real model at hand (and only for the default id), serve a random-weight test
+    # model built once into test_model_cache (default ~/.cache/sensestream/models/test-SIZE).
     fallback_test_model: bool = True
     test_model_cache: str | None = None
+    test_model_size: str = "full"
+    # CPU start-ups reuse the batch size and cost scale measured by an earlier start on
+    # this host with the same model and settings (kept under the cache folder).
+    reuse_tuning: bool = True
     certfile: str | None = None
     keyfile: str | None = None
     log_level: str = "info"
@@ -79,6 +85,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be within 0..65535")
+        if self.test_model_size not in ("tiny", "full"):
+            raise ValueError("test_model_size must be tiny or full")
         if self.vad not in ("fsmn", "webrtc"):
             raise ValueError("vad must be fsmn or webrtc")
         if self.max_batch != "auto" and not self.max_batch.isdigit():
@@ -176,9 +184,13 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
-def default_test_model_cache(environ: Mapping[str, str]) -> Path:
-    root = Path(environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")))
-    return root / "sensestream" / "models" / "test-full"
+def cache_home(environ: Mapping[str, str]) -> Path:
+    """This user's SenseStream cache folder."""
+    return Path(environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "sensestream"
+
+
+def default_test_model_cache(environ: Mapping[str, str], size: str = "full") -> Path:
+    return cache_home(environ) / "models" / f"test-{size}"
 
 
 def current_environ() -> Mapping[str, str]:

@@ -108,6 +108,8 @@ class Connection:
                 return
             except ConnectionClosed:
                 return
+            if self._going_away:
+                continue  # the server decided to stop: later audio is dropped, not an error
             now = self._loop.time()
             try:
                 if isinstance(message, bytes):

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import mimetypes
 from http import HTTPStatus
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-WEB_ROOT = Path(__file__).resolve().parent.parent / "web_client"
+
+def web_root() -> Path:
+    """The installed web client's folder (package data, so a wheel serves the page too)."""
+    return Path(str(files("web_client")))
 
 
 def response(
@@ -37,11 +41,13 @@ def text_response(status: int, text: str) -> Response:
     return response(status, text.encode(), "text/plain; charset=utf-8")
 
 
-def static_file(path: str, root: Path = WEB_ROOT) -> Response:
+def static_file(path: str, root: Path | None = None) -> Response:
     """A file from the web client, never outside it."""
+    root = root or web_root()
     relative = "index.html" if path in ("", "/") else path.lstrip("/")
     target = (root / relative).resolve()
-    if not target.is_relative_to(root.resolve()) or not target.is_file():
+    servable = target.suffix in (".html", ".js", ".css", ".svg", ".png", ".ico")
+    if not target.is_relative_to(root.resolve()) or not target.is_file() or not servable:
         return text_response(404, f"not found: {path}\n")
     content_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
     if content_type.startswith("text/") or content_type.endswith("javascript"):

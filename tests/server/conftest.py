@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,3 +101,47 @@ def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tiny_model_dir)
     yield proc
     proc.stop()
+
+
+def spawn_server(
+    python: str, *extra: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """`python -m server` on a free port; returns at once with its port (the first line,
+    printed when bound, before any model work) and leaves waiting to the caller."""
+    proc = subprocess.Popen(
+        [
+            python,
+            "-m",
+            "server",
+            "--port",
+            "0",
+            "--precision",
+            "fp32",
+            "--max-batch",
+            "1",
+            *extra,
+        ],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on ws://" not in line:
+        proc.kill()
+        raise AssertionError(f"no listening line: {line!r}\n{proc.communicate()[1]}")
+    return proc, int(line.rsplit(":", 1)[1].split("/")[0])
+
+
+def wait_ready(port: int, deadline_s: float = 240.0) -> None:
+    """Long polls of /readyz: each returns as soon as the server is ready (or after 8 s)."""
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz?wait=8", timeout=20):
+                return
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503, exc
+    raise AssertionError(f"not ready within {deadline_s} s")

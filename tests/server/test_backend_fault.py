@@ -19,7 +19,7 @@ import numpy as np
 from engine.types import DecodeOptions
 from server.app import App
 from server.config import ServerConfig
-from server.main import engine_config
+from server.listen import bind_listeners
 from tests.server.client import Outcome, run_session
 from tests.speech import Clip, to_s16le
 
@@ -70,9 +70,9 @@ async def scenario(tiny_model_dir: Path, audio: bytes) -> dict[str, object]:
     config = replace(
         ServerConfig(), model=str(tiny_model_dir), port=0, precision="fp32", max_batch="1"
     )
-    app = App(config, engine_config(config, config.model))
+    app = App(config)
     ports: list[int] = []
-    server = asyncio.create_task(app.serve(on_listening=ports.append))
+    server = asyncio.create_task(app.serve(bind_listeners(config), on_listening=ports.append))
     try:
         while not ports:
             await asyncio.sleep(0.05)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The Debian packages the test suite needs: espeak-ng and sox make its speech, chromium
+# runs the browser tests. Installs what is missing when it can (root with apt-get);
+# otherwise says what to install and fails, rather than letting 100 tests error later.
+set -euo pipefail
+missing=()
+command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+command -v sox >/dev/null || missing+=(sox libsox-fmt-all)
+command -v chromium >/dev/null || missing+=(chromium)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing ${missing[*]} (Debian packages the tests need)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "the tests need these Debian packages: ${missing[*]}" >&2
+  echo "install them (sudo apt-get install ${missing[*]}) and run make test again" >&2
+  exit 1
+fi

@@ -1,0 +1,128 @@
+"""A built wheel, installed into a fresh venv far from the checkout, serves the page and speech.
+
+This is the path a user takes with `pip install sensestream`: no `../shared`, the repository
+not on `sys.path`, no test model yet. The venv borrows this environment's third-party
+packages through a `.pth` line (installing torch again would take minutes), but not its
+editable install of this project, so every `engine`/`server`/`web_client` import must come
+from the wheel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import sysconfig
+import urllib.request
+import venv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.server.client import run_session
+from tests.server.conftest import REPO, spawn_server, wait_ready
+from tests.speech import Clip, to_s16le
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (in a folder with nothing beside it) holding only the built wheel."""
+    root = tmp_path_factory.mktemp("clone-alone")
+    dist = root / "dist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(REPO),
+        ],
+        check=True,
+        cwd=root,
+    )
+    wheels = list(dist.glob("sensestream-*.whl"))
+    assert len(wheels) == 1, wheels
+    env_dir = root / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    # A plain path line: the borrowed folder's own .pth files (our editable install) stay off.
+    (site / "borrowed-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            "--target",
+            str(site),
+            str(wheels[0]),
+        ],
+        check=True,
+        cwd=root,
+    )
+    return python
+
+
+def test_the_wheel_carries_the_packages_and_their_data(installed: Path) -> None:
+    code = (
+        "import engine, server, streaming, web_client\n"
+        "from engine.test_model import assets\n"
+        "from server.http import web_root\n"
+        "print(engine.__file__)\n"
+        "print((assets() / 'sensevoice_small' / 'am.mvn').is_file())\n"
+        "print((web_root() / 'index.html').is_file())\n"
+    )
+    out = subprocess.run(
+        [str(installed), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=installed.parent.parent.parent,
+    ).stdout.split()
+    assert Path(out[0]).is_relative_to(installed.parent.parent), "engine must come from the wheel"
+    assert not Path(out[0]).is_relative_to(REPO)
+    assert out[1:] == ["True", "True"]
+
+
+def test_installed_server_builds_its_test_model_serves_the_page_and_a_final(
+    installed: Path, speech_clips: list[Clip]
+) -> None:
+    root = installed.parent.parent.parent
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "XDG_CACHE_HOME": str(root / "cache")}
+    proc, port = spawn_server(str(installed), "--test-model-size", "tiny", cwd=root, env=env)
+    try:
+        wait_ready(port)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read()
+        assert b"<html" in page.lower()
+        audio = np.concatenate([np.zeros(SR // 2, np.float32), speech_clips[0].audio])
+        outcome = asyncio.run(
+            run_session(f"ws://127.0.0.1:{port}/ws", to_s16le(np.append(audio, np.zeros(SR))))
+        )
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=60)
+    assert len(outcome.of("final")) == 1, outcome.events
+    assert outcome.of("final")[0]["text"]
+    assert outcome.of("ready")[0]["test_model"] is True
+    assert (root / "cache" / "sensestream" / "models" / "test-tiny" / "model.pt").is_file()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr

@@ -1,0 +1,1 @@
+"""The browser client: static files the server serves at `/`, shipped as package data."""
