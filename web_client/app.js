@@ -55,6 +55,9 @@ const ui = {
   downloadSrt: $('download-srt'),
   clear: $('clear'),
   dropOverlay: $('drop-overlay'),
+  keyForm: $('key-form'),
+  keyMessage: $('key-message'),
+  keyInput: $('api-key'),
   stat: {
     state: $('stat-state'),
     sessions: $('stat-sessions'),
@@ -79,13 +82,30 @@ const state = {
 // ---- one WebSocket session ----------------------------------------------------------
 
 // A server started with --api-keys wants a key; browsers cannot set headers on a
-// WebSocket, so the page passes `?token=` from its own address along to /ws.
-const TOKEN = new URLSearchParams(location.search).get('token');
+// WebSocket, so the key goes to /ws as `?token=`. It comes from the page's own address
+// or from the key field; a typed key lives in sessionStorage so a reload keeps it
+// without writing it to disk or into the address bar's history.
+const KEY_STORAGE = 'sensestream.apiKey';
+const auth = {
+  token: new URLSearchParams(location.search).get('token') ?? storedKey(),
+  retry: null, // what to run again once a key is entered
+};
+
+function storedKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) ?? '';
+  } catch {
+    return ''; // storage disabled: the key just does not survive a reload
+  }
+}
+
+function tokenQuery() {
+  return auth.token ? `?token=${encodeURIComponent(auth.token)}` : '';
+}
 
 function socketUrl() {
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-  const query = TOKEN ? `?token=${encodeURIComponent(TOKEN)}` : '';
-  return `${scheme}://${location.host}/ws${query}`;
+  return `${scheme}://${location.host}/ws${tokenQuery()}`;
 }
 
 /**
@@ -101,10 +121,12 @@ class Stream {
     this.frames = []; // {end: samples sent after the frame, at: performance.now()}
     this.stopRequested = false;
     this.closed = false;
+    this.wasOpen = false; // a close without an open is a refused or failed handshake
     this.ws = new WebSocket(socketUrl());
     this.ws.binaryType = 'arraybuffer';
     this.opened = new Promise((resolve, reject) => {
       this.ws.addEventListener('open', () => {
+        this.wasOpen = true;
         this.ws.send(JSON.stringify(startMessage));
         resolve();
       });
@@ -296,13 +318,16 @@ const mic = {
   capture: null,
   captured: 0, // samples captured since Start: the page clock
   attempt: 0, // reconnect attempts since the last `ready`
+  refused: 0, // handshakes in a row refused although HTTP says the request is fine
   timer: null, // pending reconnect
 };
 
 async function startMic() {
   setMode('mic');
+  hideKeyForm();
   mic.captured = 0;
   mic.attempt = 0;
+  mic.refused = 0;
   const capture = new Microphone(onMicFrame);
   mic.capture = capture;
   showStatus('Asking for the microphone…');
@@ -346,18 +371,34 @@ function onMicClose(stream, ev) {
     stopMic(`The server ended the session (${closeReason(ev)})`);
     return;
   }
-  scheduleReconnect(ev);
+  if (!stream.wasOpen) {
+    onMicRefused(stream);
+    return;
+  }
+  scheduleReconnect(`Connection lost (${closeReason(ev)})`);
+}
+
+/** The handshake failed: retrying only helps when the server is busy or away. */
+async function onMicRefused(stream) {
+  const refusal = await whyRefused();
+  if (stream !== state.stream || state.mode !== 'mic') return; // stopped meanwhile
+  mic.refused = refusal.kind === 'upgrade' ? mic.refused + 1 : 0;
+  if (refusal.kind === 'key') {
+    await stopMic(refusal.message);
+    askForKey(refusal.message, startMic);
+  } else if (refusal.kind === 'origin' || mic.refused >= 2) {
+    stopMic(refusal.kind === 'origin' ? refusal.message : ORIGIN_GUESS);
+  } else {
+    scheduleReconnect(refusal.message);
+  }
 }
 
 /** Exponential backoff, capped, with jitter so many clients do not return in step. */
-function scheduleReconnect(ev) {
+function scheduleReconnect(reason) {
   const delay = Math.min(RECONNECT_BASE_MS * 2 ** mic.attempt, RECONNECT_MAX_MS);
   const jittered = Math.round(delay * (0.8 + 0.4 * Math.random()));
   mic.attempt += 1;
-  showStatus(
-    `Connection lost (${closeReason(ev)}); reconnecting in ${(jittered / 1000).toFixed(1)} s`,
-    'warn',
-  );
+  showStatus(`${reason}; reconnecting in ${(jittered / 1000).toFixed(1)} s`, 'warn');
   mic.timer = setTimeout(connect, jittered);
 }
 
@@ -374,6 +415,81 @@ async function stopMic(message) {
   showLevel(0);
   setMode('idle');
   showStatus(message ?? `Stopped. ${state.finals.length} caption(s).`, message ? 'error' : '');
+}
+
+// ---- refused connections -------------------------------------------------------------
+
+const ORIGIN_MESSAGE = `The server does not allow pages from ${location.origin}`;
+// A same-origin fetch carries no Origin header, so the probe passes the one check that
+// only the WebSocket meets; when the handshake keeps failing anyway, that check is the
+// likely cause (or a proxy that does not pass WebSockets on).
+const ORIGIN_GUESS =
+  `The server answers but refuses the WebSocket: its --allowed-origins probably does ` +
+  `not list ${location.origin}, or a proxy in between does not pass WebSockets`;
+
+/**
+ * Why a WebSocket never opened. Browsers hide a refused handshake's HTTP status (the
+ * page sees close code 1006 either way), so send the same request as a plain GET: the
+ * server checks origin, key and state before it looks for an upgrade, and a request
+ * that passes them gets the websockets library's 426 or 400 instead.
+ */
+async function whyRefused() {
+  let response;
+  try {
+    response = await fetch(`/ws${tokenQuery()}`, { cache: 'no-store' });
+  } catch {
+    return { kind: 'unreachable', message: 'The server cannot be reached' };
+  }
+  if (response.status === 401) {
+    const message = auth.token ? 'The API key was refused' : 'This server needs an API key';
+    return { kind: 'key', message };
+  }
+  if (response.status === 403) return { kind: 'origin', message: ORIGIN_MESSAGE };
+  if (response.status === 503) return { kind: 'busy', message: await busyMessage(response) };
+  return { kind: 'upgrade', message: `The WebSocket handshake failed (HTTP ${response.status})` };
+}
+
+/** The server says which: "server is starting" or "server is draining". */
+async function busyMessage(response) {
+  const phase = /server is (\w+)/.exec(await response.text())?.[1];
+  return `The server is ${phase ?? 'starting or draining'}`;
+}
+
+/** Show the key field; `retry` runs once a key is entered (a user action, so audio may start). */
+function askForKey(message, retry) {
+  auth.retry = retry;
+  ui.keyMessage.textContent = `${message}.`;
+  ui.keyForm.hidden = false;
+  ui.keyInput.value = '';
+  ui.keyInput.focus();
+}
+
+function hideKeyForm() {
+  ui.keyForm.hidden = true;
+}
+
+function onKeySubmit(ev) {
+  ev.preventDefault();
+  auth.token = ui.keyInput.value.trim();
+  try {
+    sessionStorage.setItem(KEY_STORAGE, auth.token);
+  } catch {
+    // storage disabled: the key still works until the page is reloaded
+  }
+  dropTokenFromAddress();
+  hideKeyForm();
+  ui.start.focus(); // the field it had is gone; Start/Stop is where the user goes next
+  const retry = auth.retry;
+  auth.retry = null;
+  if (retry && state.mode === 'idle') retry();
+}
+
+/** A typed key replaces the address's `?token=`, which would otherwise win on reload. */
+function dropTokenFromAddress() {
+  const url = new URL(location.href);
+  if (!url.searchParams.has('token')) return;
+  url.searchParams.delete('token');
+  history.replaceState(history.state, '', url);
 }
 
 // ---- file controller -----------------------------------------------------------------
@@ -419,6 +535,7 @@ async function transcribeFile(blob) {
     return;
   }
   setMode('file');
+  hideKeyForm();
   file.cancel = false;
   const name = blob.name || 'file';
   showStatus(`Decoding ${name}…`);
@@ -439,9 +556,9 @@ async function transcribeFile(blob) {
     showStatus(`Sent ${name}; waiting for the last captions…`);
     await stream.stop();
   } catch (err) {
-    state.stream?.abort();
-    setMode('idle');
-    showStatus(`Transcribing ${name} failed: ${err.message}`, 'error');
+    const failed = state.stream;
+    failed?.abort();
+    await explainFileFailure(failed, err, blob);
     return;
   }
   setMode('idle');
@@ -488,6 +605,15 @@ async function pumpFile(stream, pcm, name) {
   }
 }
 
+/** A refused handshake gets its reason (and, for a key, the key field); the rest as is. */
+async function explainFileFailure(stream, err, blob) {
+  const name = blob.name || 'file';
+  const refusal = stream && !stream.wasOpen ? await whyRefused() : null;
+  setMode('idle');
+  showStatus(`Transcribing ${name} failed: ${refusal?.message ?? err.message}`, 'error');
+  if (refusal?.kind === 'key') askForKey(refusal.message, () => transcribeFile(blob));
+}
+
 function onFileClose(stream, ev) {
   if (stream !== state.stream) return; // a refused first try, already replaced
   clearPartial();
@@ -529,6 +655,7 @@ function onReady(event) {
   document.body.dataset.session = event.session_id;
   if (state.mode === 'mic') {
     mic.attempt = 0;
+    mic.refused = 0;
     showStatus(`Listening (session ${event.session_id})`);
   }
   if (event.test_model) ui.warning.hidden = false;
@@ -684,9 +811,9 @@ function onStartClick() {
 /** Poll /stats with a setTimeout chain, so a slow answer never overlaps the next ask. */
 async function pollStats() {
   try {
-    const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+    const headers = auth.token ? { Authorization: `Bearer ${auth.token}` } : {};
     const response = await fetch('/stats', { cache: 'no-store', headers });
-    if (response.status === 401) throw new Error('needs an API key (open the page with ?token=…)');
+    if (response.status === 401) throw new Error('needs an API key');
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     renderStats(await response.json());
     ui.stat.updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
@@ -717,7 +844,8 @@ function renderGpus(gpus) {
   // A reading the GPU does not support arrives as null: show a dash, not "null%".
   const reading = (value, unit) => (value === null || value === undefined ? '–' : `${value}${unit}`);
   ui.stat.gpuUtil.textContent = gpus.map((g) => reading(g.utilization_pct, '%')).join(', ');
-  ui.stat.gpuTemp.textContent = gpus.map((g) => reading(g.temperature_c, ' °C')).join(', ');
+  // A no-break space: a long list wraps between GPUs, never between 61 and °C.
+  ui.stat.gpuTemp.textContent = gpus.map((g) => reading(g.temperature_c, '\u00a0°C')).join(', ');
 }
 
 // ---- transcript downloads ------------------------------------------------------------------
@@ -787,6 +915,7 @@ function init() {
   ui.downloadTxt.addEventListener('click', () => download(transcriptName('txt'), toTxt(state.finals)));
   ui.downloadSrt.addEventListener('click', () => download(transcriptName('srt'), toSrt(state.finals)));
   ui.clear.addEventListener('click', clearCaptions);
+  ui.keyForm.addEventListener('submit', onKeySubmit);
   wireDrop();
   window.addEventListener('pagehide', () => state.stream?.abort());
   setMode('idle');

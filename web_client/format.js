@@ -69,7 +69,7 @@ export function toSrt(finals) {
     .join('\n');
 }
 
-/** Bytes for people: 1536 -> "1.5 KiB". */
+/** Bytes for people: 1536 -> "1.5 KiB", with a no-break space so the two stay on one line. */
 export function formatBytes(bytes) {
   if (bytes == null || !Number.isFinite(bytes)) return '–';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -79,7 +79,7 @@ export function formatBytes(bytes) {
     value /= 1024;
     unit++;
   }
-  return `${unit === 0 ? value : value.toFixed(1)} ${units[unit]}`;
+  return `${unit === 0 ? value : value.toFixed(1)}\u00a0${units[unit]}`;
 }
 
 /** The median of a non-empty list of numbers. */

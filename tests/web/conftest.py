@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,9 @@ from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences
 
 CHROMIUM = Path(os.environ.get("SENSESTREAM_CHROMIUM", "/usr/bin/chromium"))
+# The server wants keys of at least 16 characters.
+API_KEY = "web-test-key-0123456789"
+OTHER_KEY = "web-test-key-abcdefghij"
 ARTIFACTS = REPO / "test-artifacts" / "web"
 SKIP_ENV = "SENSESTREAM_SKIP_BROWSER"
 
@@ -71,8 +74,8 @@ class WebPage:
     log: PageLog
     base_url: str
 
-    def open(self) -> None:
-        self.page.goto(self.base_url + "/")
+    def open(self, query: str = "") -> None:
+        self.page.goto(self.base_url + "/" + query)
         self.page.wait_for_function("document.body.dataset.mode === 'idle'")
 
     def screenshot(self, name: str) -> Path:
@@ -111,6 +114,24 @@ def web_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
+def keyed_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    """A server that wants an API key (`--api-keys`)."""
+    require_browser()
+    proc = ServerProcess(tiny_model_dir, "--api-keys", f"{API_KEY},{OTHER_KEY}")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def origin_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    """A server whose origin allowlist does not include the page's own origin."""
+    require_browser()
+    proc = ServerProcess(tiny_model_dir, "--allowed-origins", "https://elsewhere.example")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
 def browser(fake_mic_wav: Path) -> Iterator[Any]:
     require_browser()
     from playwright.sync_api import sync_playwright
@@ -132,16 +153,29 @@ def browser(fake_mic_wav: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def web(browser: Any, web_server: ServerProcess) -> Iterator[WebPage]:
-    base_url = f"http://127.0.0.1:{web_server.port}"
-    context = browser.new_context(
-        viewport={"width": 1280, "height": 820}, accept_downloads=True, base_url=base_url
-    )
-    context.grant_permissions(["microphone"], origin=base_url)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    log = PageLog()
-    page.on("console", log.on_console)
-    page.on("pageerror", log.on_page_error)
-    yield WebPage(page, log, base_url)
-    context.close()
+def web_for(browser: Any) -> Iterator[Callable[[ServerProcess], WebPage]]:
+    """A fresh browser context and page on a given server; closed after the test."""
+    contexts: list[Any] = []
+
+    def make(server: ServerProcess) -> WebPage:
+        base_url = f"http://127.0.0.1:{server.port}"
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 820}, accept_downloads=True, base_url=base_url
+        )
+        contexts.append(context)
+        context.grant_permissions(["microphone"], origin=base_url)
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        log = PageLog()
+        page.on("console", log.on_console)
+        page.on("pageerror", log.on_page_error)
+        return WebPage(page, log, base_url)
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def web(web_for: Callable[[ServerProcess], WebPage], web_server: ServerProcess) -> WebPage:
+    return web_for(web_server)

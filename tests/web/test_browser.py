@@ -1,18 +1,25 @@
 """The browser client in headless Chromium against a real server.
 
 Microphone captions (fake capture device), file upload and drop, keyboard use, the engine
-panel, downloads, reconnect, and the worklet's resampler, all with no console errors.
+panel, downloads, reconnect, the worklet's resampler, refused connections (API key,
+origin, a busy server), layout at phone and desktop widths, contrast and live regions,
+all with no console errors.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.web.conftest import WebPage
+import pytest
+
+from tests.server.conftest import ServerProcess
+from tests.web.conftest import API_KEY, WebPage
 
 # Records every partial text and the loudest meter reading the page shows, because both
 # change faster than a test can poll for them.
@@ -46,8 +53,17 @@ def wait_finals(web: WebPage, at_least: int, timeout: float = 30_000) -> None:
     )
 
 
-def assert_clean_console(web: WebPage) -> None:
-    assert not web.log.errors, "console errors:\n" + "\n".join(web.log.messages)
+def assert_clean_console(web: WebPage, allow: re.Pattern[str] | None = None) -> None:
+    errors = [e for e in web.log.errors if allow is None or not allow.search(e)]
+    assert not errors, "console errors:\n" + "\n".join(web.log.messages)
+
+
+# Chromium logs every refused handshake and every non-2xx fetch; for a refused
+# connection, those are the expected ones.
+REFUSAL_ERRORS = re.compile(
+    r"WebSocket connection to '[^']*' failed"
+    r"|Failed to load resource: the server responded with a status of (401|403|426|503)"
+)
 
 
 def test_microphone_gives_live_partials_finals_and_engine_stats(web: WebPage) -> None:
@@ -382,9 +398,9 @@ def test_captions_badges_partials_gpu_panel_and_reconnect_with_a_scripted_server
     assert page.locator("#stat-sessions").inner_text() == "5"
     assert page.locator("#stat-queue").inner_text() == "2"
     assert page.locator("#stat-batches").inner_text() == "8 / 120"
-    assert page.locator("#stat-memory").inner_text() == "1.0 GiB / 4.0 GiB"
+    assert page.locator("#stat-memory").inner_text() == "1.0\u00a0GiB / 4.0\u00a0GiB"
     assert page.locator("#stat-gpu-util").inner_text() == "37%"
-    assert page.locator("#stat-gpu-temp").inner_text() == "61 °C"
+    assert page.locator("#stat-gpu-temp").inner_text() == "61\u00a0°C"
     assert page.locator("#test-model-warning").is_hidden()
     web.screenshot("scripted")
     page.click("#start")
@@ -402,3 +418,353 @@ def test_file_falls_back_when_the_server_does_not_know_pace(web: WebPage, short_
     assert page.locator("#status").inner_text() == "Done: 1 caption(s) from short.wav."
     assert [s.get("pace") for s in server.starts] == ["replay", None]
     assert_clean_console(web)
+
+
+# ---- layout ------------------------------------------------------------------------------
+
+OVERFLOW = """() => {
+  const name = (e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`;
+  const right = (e) => e.getBoundingClientRect().right;
+  const cards = '.top, .banner, .key-form, .controls, .captions-card, .card';
+  return {
+    scrollWidth: document.documentElement.scrollWidth,
+    innerWidth: window.innerWidth,
+    // What sticks out of the window, or out of its card (a smaller break, same cause).
+    wide: [...document.querySelectorAll('body *')]
+      .filter((e) => right(e) > window.innerWidth + 0.5)
+      .map(name),
+    outOfCard: [...document.querySelectorAll('body *')]
+      .filter((e) => e.closest(cards) && right(e) > right(e.closest(cards)) + 0.5)
+      .map(name),
+  };
+}"""
+
+
+def assert_no_horizontal_overflow(web: WebPage) -> None:
+    got = web.page.evaluate(OVERFLOW)
+    assert got["scrollWidth"] <= got["innerWidth"], got
+    assert not got["outOfCard"], got
+
+
+# Eight GPUs: the readings make the longest values the engine panel shows.
+MANY_GPUS = {
+    **STATS,
+    "test_model": True,
+    "memory": {"budget_bytes": 1100 << 30, "in_use_bytes": 123 << 30},
+    "process": {
+        "gpus": [{"index": i, "utilization_pct": 100, "temperature_c": 61 + i} for i in range(8)]
+    },
+}
+LONG_WORD = "Donaudampfschifffahrtsgesellschaftskapitänsmützenabzeichen" * 2
+LONG_URL = "https://example.com/" + "a-very-long-path-segment/" * 6
+
+
+def partial(start_ms: int, text: str, stable_chars: int) -> dict[str, Any]:
+    return {
+        "type": "partial",
+        "utt_id": 1,
+        "start_ms": start_ms,
+        "end_ms": start_ms + 800,
+        "text": text,
+        "stable_chars": stable_chars,
+        "lang": "en",
+        "emotion": "neutral",
+        "event": "speech",
+    }
+
+
+@pytest.mark.parametrize("width", [320, 390, 1280])  # 320: WCAG reflow
+def test_no_horizontal_overflow_at_phone_and_desktop_widths(web: WebPage, width: int) -> None:
+    """Nothing sticks out sideways: empty, or full of long words and many GPUs."""
+    page = web.page
+    page.set_viewport_size({"width": width, "height": 820})
+    server = ScriptedServer(
+        {
+            10: [
+                final(1_000, f"{LONG_WORD} {LONG_URL}", emotion="happy", event="applause"),
+                final(3_000, LONG_URL, emotion="neutral", event="speech"),
+            ],
+            15: [partial(5_000, f"stable {LONG_WORD} {LONG_URL}", 7)],
+        }
+    )
+    page.route_web_socket(re.compile(r".*/ws$"), server)
+    page.route("**/stats", lambda route: route.fulfill(json=MANY_GPUS))
+    web.open()
+    page.locator("#test-model-warning").wait_for(state="visible")
+    assert_no_horizontal_overflow(web)
+
+    page.click("#start")
+    wait_finals(web, 2)
+    page.wait_for_function("document.querySelector('#partial .unstable') !== null")
+    assert page.locator("#stat-gpu-temp").inner_text().count("°C") == 8
+    assert_no_horizontal_overflow(web)
+    web.screenshot(f"layout-{width}")
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert_clean_console(web)
+
+
+# ---- contrast and live regions -----------------------------------------------------------
+
+# WCAG 2.x relative luminance and contrast ratio, from computed colours. The page has
+# opaque cards, so an element's background is the first opaque one at or above it.
+CONTRAST_HELPERS = """
+  const rgba = (c) => {
+    const [r, g, b, a = 1] = c.match(/[\\d.]+/g).map(Number);
+    return { rgb: [r, g, b], a };
+  };
+  const channel = (v) => {
+    const s = v / 255;
+    return s <= 0.04045 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+  };
+  const luminance = ([r, g, b]) =>
+    0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  const ratio = (x, y) => {
+    const [hi, lo] = [luminance(x), luminance(y)].sort((p, q) => q - p);
+    return Math.round(((hi + 0.05) / (lo + 0.05)) * 100) / 100;
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c.a === 1) return c.rgb;
+    }
+    return [255, 255, 255];
+  };
+  const name = (e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`;
+"""
+
+# Every visible text that is not part of a disabled control: 4.5:1, or 3:1 when large.
+TEXT_CONTRAST = f"""() => {{
+  {CONTRAST_HELPERS}
+  const ownText = (e) =>
+    [...e.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim());
+  const inactive = (e) => e.closest(':disabled, [aria-disabled="true"]') !== null;
+  return [...document.body.querySelectorAll('*')]
+    .filter((e) => ownText(e) && e.checkVisibility() && !inactive(e))
+    .map((e) => {{
+      const style = getComputedStyle(e);
+      const px = parseFloat(style.fontSize);
+      const large = px >= 24 || (px >= 18.66 && Number(style.fontWeight) >= 700);
+      const got = ratio(rgba(style.color).rgb, background(e));
+      return {{ element: name(e), text: e.textContent.trim().slice(0, 40), got,
+               needed: large ? 3 : 4.5 }};
+    }});
+}}"""
+
+# The focused element's ring, against the background it is drawn on: the outline sits
+# outside the element (outline-offset), on its parent's background.
+FOCUS_RING = f"""() => {{
+  {CONTRAST_HELPERS}
+  const e = document.activeElement;
+  const style = getComputedStyle(e);
+  return {{
+    element: name(e),
+    visible: e.matches(':focus-visible'),
+    style: style.outlineStyle,
+    width: parseFloat(style.outlineWidth),
+    got: ratio(rgba(style.outlineColor).rgb, background(e.parentElement)),
+  }};
+}}"""
+
+
+def test_partial_captions_and_focus_ring_meet_wcag_aa_contrast(web: WebPage) -> None:
+    page = web.page
+    server = ScriptedServer(
+        {5: [final(1_000, "A final caption.")], 8: [partial(3_000, "settled words then more", 13)]}
+    )
+    page.route_web_socket(re.compile(r".*/ws$"), server)
+    page.route("**/stats", lambda route: route.fulfill(json={**STATS, "test_model": True}))
+    web.open()
+    page.locator("#test-model-warning").wait_for(state="visible")
+
+    # Every control the keyboard reaches on the idle page shows a ring of 3:1 or more.
+    rings: dict[str, dict[str, Any]] = {}
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        ring = page.evaluate(FOCUS_RING)
+        if ring["element"].startswith("body"):
+            break  # past the last control
+        rings[ring["element"]] = ring
+    assert any(name.startswith("button#start") for name in rings), rings
+    assert any(name.startswith("input#opt-itn") for name in rings), rings
+    for ring in rings.values():
+        assert ring["visible"] and ring["style"] != "none" and ring["width"] >= 2, ring
+        assert ring["got"] >= 3, ring
+
+    page.click("#start")
+    wait_finals(web, 1)
+    page.wait_for_function("document.querySelector('#partial .unstable') !== null")
+    texts = page.evaluate(TEXT_CONTRAST)
+    partials = [t for t in texts if t["element"].startswith("span#.unstable")]
+    assert partials and partials[0]["text"] == "then more", texts
+    assert partials[0]["got"] >= 4.5, partials
+    low = [t for t in texts if t["got"] < t["needed"]]
+    assert not low, low
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert_clean_console(web)
+
+
+LIVE_ANCESTRY = """(id) => {
+  // <output> is an implicit role=status live region, as are these roles.
+  const live = ['status', 'log', 'alert', 'marquee', 'timer'];
+  const found = [];
+  for (let e = document.getElementById(id); e; e = e.parentElement) {
+    const role = e.getAttribute('role') ?? (e.tagName === 'OUTPUT' ? 'status' : null);
+    const politeness = e.getAttribute('aria-live');
+    if (live.includes(role) || (politeness && politeness !== 'off')) {
+      found.push(`${e.tagName.toLowerCase()}#${e.id} role=${role} aria-live=${politeness}`);
+    }
+  }
+  return found;
+}"""
+
+
+def test_latency_readout_is_not_announced_but_finals_are(web: WebPage) -> None:
+    page = web.page
+    web.open()
+    assert page.evaluate(LIVE_ANCESTRY, "latency") == []
+    # The finals stay in a polite live region; the partial stays out of it.
+    assert page.evaluate(LIVE_ANCESTRY, "finals") == ["div#captions role=null aria-live=polite"]
+    assert page.locator("#partial").get_attribute("aria-hidden") == "true"
+    assert page.locator("#latency").inner_text() == "–"
+    assert_clean_console(web)
+
+
+# ---- refused connections -------------------------------------------------------------------
+
+# Records when the page opens each WebSocket, on the page's own clock.
+COUNT_SOCKETS = """
+  window.__sockets = [];
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      window.__sockets.push({ url: String(args[0]), at: performance.now() });
+    }
+  };
+"""
+
+
+def sockets(web: WebPage) -> list[dict[str, Any]]:
+    return list(web.page.evaluate("window.__sockets"))
+
+
+def status(web: WebPage) -> str:
+    return str(web.page.locator("#status").inner_text())
+
+
+def test_missing_or_wrong_api_key_asks_for_one_and_stops_reconnecting(
+    web_for: Callable[[ServerProcess], WebPage], keyed_server: ServerProcess
+) -> None:
+    web = web_for(keyed_server)
+    page = web.page
+    page.set_viewport_size({"width": 390, "height": 820})  # the key field fits a phone too
+    page.add_init_script(COUNT_SOCKETS)
+    web.open()
+    page.click("#start")
+    key = page.get_by_label("API key")
+    key.wait_for(state="visible")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert status(web) == "This server needs an API key"
+    assert page.locator("#key-message").inner_text() == "This server needs an API key."
+    assert key.evaluate("e => e === document.activeElement")
+    assert_no_horizontal_overflow(web)
+    web.screenshot("api-key-390")
+    # The old page went on reconnecting after 0.5, 1 and 2 s; this one has stopped.
+    page.wait_for_timeout(3_000)
+    assert len(sockets(web)) == 1
+    assert status(web) == "This server needs an API key"
+
+    key.fill("not-the-key-0123456789")
+    page.get_by_role("button", name="Connect").click()
+    page.wait_for_function("document.getElementById('status').textContent.includes('refused')")
+    key.wait_for(state="visible")
+    assert status(web) == "The API key was refused"
+    assert sockets(web)[-1]["url"].endswith("/ws?token=not-the-key-0123456789")
+
+    key.fill(API_KEY)
+    key.press("Enter")
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+    assert page.locator("#key-form").is_hidden()
+    wait_finals(web, 1)
+    assert len(sockets(web)) == 3
+    assert sockets(web)[-1]["url"].endswith(f"/ws?token={API_KEY}")
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+
+    # The key lives in this tab's sessionStorage: a reload connects without asking.
+    page.reload()
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    page.click("#start")
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+    assert len(sockets(web)) == 1  # counted afresh after the reload
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert_clean_console(web, allow=REFUSAL_ERRORS)
+
+
+def test_file_with_a_refused_key_asks_for_one_then_transcribes(
+    web_for: Callable[[ServerProcess], WebPage], keyed_server: ServerProcess, short_wav: Path
+) -> None:
+    web = web_for(keyed_server)
+    page = web.page
+    web.open("?token=an-old-key-0123456789")
+    page.set_input_files("#file", str(short_wav))
+    key = page.get_by_label("API key")
+    key.wait_for(state="visible")
+    assert status(web) == "Transcribing short.wav failed: The API key was refused"
+    key.fill(API_KEY)
+    key.press("Enter")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Done')")
+    assert status(web) == "Done: 1 caption(s) from short.wav."
+    # The typed key replaces the address's old one, which would win again on reload.
+    assert "token" not in page.url
+    assert_clean_console(web, allow=REFUSAL_ERRORS)
+
+
+def test_busy_server_is_retried_with_growing_delays(
+    web_for: Callable[[ServerProcess], WebPage], keyed_server: ServerProcess
+) -> None:
+    """A starting or draining server answers 503: worth retrying, with backoff."""
+    web = web_for(keyed_server)
+    page = web.page
+    page.add_init_script(COUNT_SOCKETS)
+    busy = re.compile(r"/ws(\?.*)?$")
+    # The handshake is refused for real (no key); the probe that explains it says 503.
+    page.route(busy, lambda route: route.fulfill(status=503, body="server is draining\n"))
+    web.open()
+    page.click("#start")
+    page.wait_for_function("window.__sockets.length >= 4", timeout=10_000)
+    page.wait_for_function(
+        "document.getElementById('status').textContent.startsWith("
+        "'The server is draining; reconnecting in')"
+    )
+    at = [s["at"] for s in sockets(web)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(at)]
+    # 0.5, 1 and 2 s, each within ±20 % jitter (plus the probe's few ms).
+    assert 400 < gaps[0] < 900 and 800 < gaps[1] < 1_500 and 1_600 < gaps[2] < 2_700, gaps
+
+    page.unroute(busy)  # now the probe reaches the server: the key is what is missing
+    page.get_by_label("API key").wait_for(state="visible")
+    assert status(web) == "This server needs an API key"
+    assert_clean_console(web, allow=REFUSAL_ERRORS)
+
+
+def test_refused_origin_stops_without_a_reconnect_loop(
+    web_for: Callable[[ServerProcess], WebPage], origin_server: ServerProcess
+) -> None:
+    web = web_for(origin_server)
+    page = web.page
+    page.add_init_script(COUNT_SOCKETS)
+    web.open()
+    page.click("#start")
+    page.wait_for_function("document.getElementById('status').textContent.includes('origins')")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert f"does not list {web.base_url}" in status(web)
+    # A same-origin fetch carries no Origin, so the probe passes and the page retries
+    # once before it blames the origin; then it stops.
+    page.wait_for_timeout(2_000)
+    assert len(sockets(web)) == 2
+    assert page.locator("#key-form").is_hidden()
+    assert_clean_console(web, allow=REFUSAL_ERRORS)
