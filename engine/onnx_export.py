@@ -66,7 +66,7 @@ def _export_fp32(model_dir: ModelDir, path: Path) -> None:
             # The exporter warns once per Slice it cannot fold; the graph is still right.
             warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
             # dynamo=False: torch 2.13 defaults to the dynamo exporter, which needs
-            # onnxscript; the TorchScript exporter handles this model (FINDINGS.md).
+            # onnxscript; the TorchScript exporter handles this model.
             torch.onnx.export(
                 model,
                 dummy,

@@ -24,7 +24,11 @@ class VadEvent:
 
 @dataclass(frozen=True, slots=True)
 class VadConfig:
-    """Detector settings; end-of-speech silence is always passed explicitly (FINDINGS.md)."""
+    """Detector settings; end-of-speech silence is always passed explicitly.
+
+    funasr 1.4.16 turns on "dynamic silence" unless it is given, and short segments then
+    needed about 2 s of silence to end.
+    """
 
     end_silence_ms: int = 500
 

@@ -10,6 +10,7 @@ from the wheel.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,12 +26,19 @@ from tests.server.conftest import REPO, spawn_server, wait_ready
 from tests.speech import Clip, to_s16le
 
 SR = 16000
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "models", "test-artifacts", "__pycache__",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.onnx", "*.pt",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (in a folder with nothing beside it) holding only the built wheel."""
     root = tmp_path_factory.mktemp("clone-alone")
+    # Built from a copy: an in-tree build would leave build/ in the checkout, and a stale
+    # build/lib there could slip removed files into a later wheel.
+    source = Path(shutil.copytree(REPO, root / "source", ignore=NOT_SOURCE))
     dist = root / "dist"
     subprocess.run(
         [
@@ -43,7 +51,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-q",
             "-w",
             str(dist),
-            str(REPO),
+            str(source),
         ],
         check=True,
         cwd=root,
