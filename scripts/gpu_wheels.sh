@@ -53,13 +53,10 @@ done
 # the server benchmark as skipped when the cache is missing.
 if command -v espeak-ng >/dev/null && command -v sox >/dev/null; then
   "$VENV_PY" - <<'EOF' || echo "warning: could not cache bench speech" >&2
-import importlib.util, sys
+import sys
 from pathlib import Path
-spec = importlib.util.spec_from_file_location("bench_script", "scripts/bench.py")
-module = importlib.util.module_from_spec(spec)
-sys.modules["bench_script"] = module
-spec.loader.exec_module(module)
-pool = module.build_pool(Path(".whl/bench-speech"))
+from tools.bench.corpus import build_pool
+pool = build_pool(Path(".whl/bench-speech"))
 print(f"cached {len(pool)} bench sentences in .whl/bench-speech", file=sys.stderr)
 EOF
 else

@@ -1,15 +1,14 @@
-"""Real speech for tests: espeak-ng sentences converted to 16 kHz mono with sox."""
+"""Real speech for tests: the standard espeak-ng clips and the signals built from them."""
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
+
+from tools.client import pcm16, split
+from tools.speech import levels_dbfs, load, noise_floor, synthesize
 
 SENTENCES: tuple[tuple[str, str], ...] = (
     ("en-us", "Hello there, friend."),
@@ -32,12 +31,9 @@ SENTENCES: tuple[tuple[str, str], ...] = (
     ),
 )
 
-
-def require_tools() -> None:
-    """Fail loudly when the Debian packages that make test speech are missing."""
-    missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
-    if missing:
-        raise RuntimeError(f"missing {', '.join(missing)}: apt-get install espeak-ng sox")
+# The wire format every test client sends, and frames of it.
+to_s16le = pcm16
+chunks = split
 
 
 @dataclass(frozen=True)
@@ -51,38 +47,8 @@ class Clip:
         return len(self.audio) / 16000
 
 
-def synthesize(text: str, voice: str, out_dir: Path, rate: int = 16000, speed: int = 160) -> Path:
-    """Speak `text` into a mono 16-bit wav at `rate` Hz, cached by content hash."""
-    require_tools()
-    key = hashlib.sha1(f"{voice}|{speed}|{rate}|{text}".encode()).hexdigest()[:16]
-    out = out_dir / f"{key}.wav"
-    if out.exists():
-        return out
-    raw = out_dir / f"{key}.raw.wav"
-    subprocess.run(
-        ["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(raw), text],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        ["sox", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)],
-        check=True,
-        capture_output=True,
-    )
-    raw.unlink()
-    return out
-
-
-def load(path: Path) -> np.ndarray:
-    audio, rate = sf.read(str(path), dtype="float32")
-    if rate != 16000:
-        raise ValueError(f"{path} is {rate} Hz; expected 16000")
-    return np.ascontiguousarray(audio, dtype=np.float32)
-
-
 def make_clips(out_dir: Path) -> list[Clip]:
     """The standard clip set: 8 sentences of roughly 1-20 s in English and Mandarin."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     clips = []
     for i, (voice, text) in enumerate(SENTENCES):
         path = synthesize(text, voice, out_dir)
@@ -95,8 +61,7 @@ def three_sentences(clips: list[Clip]) -> np.ndarray:
     edge, gap = np.zeros(8000, np.float32), np.zeros(24000, np.float32)
     parts = [edge, clips[0].audio, gap, clips[1].audio, gap, clips[3].audio, edge]
     audio = np.concatenate(parts)
-    noise = np.random.default_rng(7).standard_normal(audio.size) * 10 ** (-70 / 20) * np.sqrt(2)
-    return (audio + noise).astype(np.float32)
+    return (audio + noise_floor(audio.size, seed=7)).astype(np.float32)
 
 
 def long_speech(out_dir: Path, seconds: float = 40.0) -> np.ndarray:
@@ -111,8 +76,7 @@ def energy_regions(
     audio: np.ndarray, threshold_dbfs: float = -40.0, merge_gap_ms: int = 300
 ) -> list[tuple[int, int]]:
     """Reference speech in samples: 10 ms frames above `threshold_dbfs`, short gaps merged."""
-    frames = audio[: audio.size // 160 * 160].reshape(-1, 160).astype(np.float64)
-    loud = np.flatnonzero(10 * np.log10(np.mean(frames**2, axis=1) + 1e-12) > threshold_dbfs)
+    loud = np.flatnonzero(levels_dbfs(audio) > threshold_dbfs)
     found: list[tuple[int, int]] = []
     for frame in loud.tolist():
         if found and frame * 160 - found[-1][1] < merge_gap_ms * 16:
@@ -120,11 +84,3 @@ def energy_regions(
         else:
             found.append((frame * 160, (frame + 1) * 160))
     return found
-
-
-def to_s16le(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1, 32767 / 32768) * 32768).astype("<i2").tobytes()
-
-
-def chunks(data: bytes, size: int) -> list[bytes]:
-    return [data[i : i + size] for i in range(0, len(data), size)]

@@ -1,13 +1,11 @@
-"""scripts/bench_partials.py: partial work per cadence, without a model."""
+"""tools.bench_partials (scripts/bench_partials.py): partial work per cadence, without a model."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tests.scripts import load_script
-
-bench_partials = load_script("bench_partials")
+from tools import bench_partials
 
 
 def test_the_default_partials_decode_a_bounded_window(tmp_path: Path) -> None:

@@ -1,36 +1,47 @@
-"""scripts/bench.py's pure parts: load plans, final matching, histograms, capacity search."""
+"""tools.bench's pure parts: load plans, final matching, histograms, capacity search."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.scripts import load_script
+from tools.bench.capacity import find_capacity, interleave_searches
+from tools.bench.config import BenchConfig, Criteria
+from tools.bench.corpus import FRAME_SAMPLES, Clip
+from tools.bench.latency import (
+    Latency,
+    Samples,
+    collect_stream,
+    judge,
+    judged_final_latency,
+    match_finals,
+    percentiles,
+)
+from tools.bench.load import stream_log
+from tools.bench.plan import StreamPlan, Utterance, plan_stream
+from tools.bench.scrape import Histogram, is_idle
+from tools.bench.server_load import batch_distribution
+from tools.bench.targets import Target, resolve_end_silence
+from tools.client import ClientError, Outcome
+from tools.http import http_base
+from tools.spawn import ServerSpec
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-bench = load_script("bench")
-
-
-def fake_pool(seconds: list[float]) -> list[Any]:
-    frame = b"\x01\x00" * bench.FRAME_SAMPLES
+def fake_pool(seconds: list[float]) -> list[Clip]:
+    frame = b"\x01\x00" * FRAME_SAMPLES
     return [
-        bench.Clip("en-us", f"clip {s}", (frame,) * math.ceil(s * 10), int(s * 16000))
-        for s in seconds
+        Clip("en-us", f"clip {s}", (frame,) * math.ceil(s * 10), int(s * 16000)) for s in seconds
     ]
 
 
 @pytest.mark.parametrize("ratio", [0.3, 0.5, 0.7])
 def test_plan_meets_the_speech_ratio_and_leaves_the_vad_room(ratio: float) -> None:
-    config = bench.BenchConfig(duration_s=600, speech_ratio=ratio, end_silence_ms=500)
+    config = BenchConfig(duration_s=600, speech_ratio=ratio, end_silence_ms=500)
     pool = fake_pool([2.0, 4.5, 7.0, 11.9])
-    plan = bench.plan_stream(random.Random(1), pool, (b"\0" * 3200,), config, 0.0)
+    plan = plan_stream(random.Random(1), pool, (b"\0" * 3200,), config, 0.0)
     assert len(plan.frames) == 6000
     speech = sum(u.end_ms - u.start_ms for u in plan.utterances) / 1000
     assert abs(speech / 600 - ratio) < 0.1
@@ -42,34 +53,53 @@ def test_plan_meets_the_speech_ratio_and_leaves_the_vad_room(ratio: float) -> No
 
 
 def test_a_short_run_still_holds_one_utterance() -> None:
-    config = bench.BenchConfig(duration_s=5, end_silence_ms=500)
+    config = BenchConfig(duration_s=5, end_silence_ms=500)
     pool = fake_pool([2.4, 5.0, 9.0])
     for seed in range(20):
-        plan = bench.plan_stream(random.Random(seed), pool, (b"\0" * 3200,), config, 0.0)
+        plan = plan_stream(random.Random(seed), pool, (b"\0" * 3200,), config, 0.0)
         assert len(plan.utterances) == 1
 
 
 def test_finals_match_the_utterance_they_overlap_most() -> None:
-    utts = [bench.Utterance(10, 39, 1000, 3950), bench.Utterance(60, 99, 6000, 9950)]
+    utts = [Utterance(10, 39, 1000, 3950), Utterance(60, 99, 6000, 9950)]
     finals = [
         (0, 900.0, 4300.0, 5.0, None),
         (1, 5900.0, 7000.0, 8.0, None),  # the VAD split the second utterance
         (2, 7100.0, 10300.0, 11.0, None),
         (3, 4500.0, 5000.0, 6.0, None),  # noise between them
     ]
-    matched, unmatched = bench.match_finals(utts, finals)
+    matched, unmatched = match_finals(utts, finals)
     assert unmatched == 1
     assert [f[0] for f in matched[0]] == [0]
     assert [f[0] for f in matched[1]] == [1, 2]
 
 
+def client_outcome() -> Outcome:
+    """What the protocol client records for one stream: frames sent, events as they came."""
+    outcome = Outcome(started_at=100.0, sent_at=[100.0 + i / 10 for i in range(30)])
+    events = [
+        ({"type": "ready"}, 100.01),
+        ({"type": "partial", "utt_id": 0}, 100.6),
+        ({"type": "partial", "utt_id": 0}, 101.0),
+        ({"type": "partial", "utt_id": 0}, 101.5),
+        (
+            {"type": "final", "utt_id": 0, "start_ms": 100, "end_ms": 1700, "decided_ms": 1800},
+            102.3,
+        ),
+        ({"type": "end"}, 103.1),
+    ]
+    for event, at in events:
+        outcome.events.append(event)
+        outcome.times.append(at)
+    return outcome
+
+
 def test_stream_latencies_come_from_send_times() -> None:
-    plan = bench.StreamPlan(0.0, (b"",) * 30, (bench.Utterance(2, 11, 200, 1150),))
-    log = bench.StreamLog(t0=100.0, sent_at=[100.0 + i / 10 for i in range(30)])
-    log.partials = [(0, 100.6), (0, 101.0), (0, 101.5)]
-    log.finals = [(0, 100.0, 1700.0, 102.3, 1800.0)]
-    samples = bench.Samples()
-    bench.collect_stream(plan, log, samples)
+    plan = StreamPlan(0.0, (b"",) * 30, (Utterance(2, 11, 200, 1150),))
+    log = stream_log(client_outcome(), None)
+    assert log.ended and log.errors == ()
+    samples = Samples()
+    collect_stream(plan, log, samples)
     assert samples.final == pytest.approx([1200.0])  # 102.3 - sent_at[11] (101.1)
     # The server decided at 1800 ms of audio, 650 ms after the speech ended at 1150 ms; the
     # frame ending at 1800 ms (index 17) went out at 101.7.
@@ -80,27 +110,38 @@ def test_stream_latencies_come_from_send_times() -> None:
     assert (samples.matched, samples.extra, samples.unmatched) == (1, 0, 0)
 
 
+def test_a_session_without_end_or_with_a_failure_is_an_error() -> None:
+    cut = Outcome(close_code=1011)
+    assert stream_log(cut, None).errors == ("session closed without `end` (close code 1011)",)
+    refused = stream_log(Outcome(), ClientError("unauthorized", "server refused: 401"))
+    assert refused.errors == ("unauthorized: server refused: 401",) and not refused.ended
+    outcome = client_outcome()
+    outcome.events.insert(1, {"type": "error", "code": "server_full", "message": "too many"})
+    outcome.times.insert(1, 100.02)
+    assert stream_log(outcome, None).errors == ("server_full: too many",)
+
+
 def test_the_criterion_uses_the_measured_vad_split_when_the_server_gives_it() -> None:
-    p = bench.percentiles
-    old_server = bench.Latency(p([900.0]), p([400.0]), p([]), p([]), p([]), p([]))
-    assert bench.judged_final_latency(old_server).p95 == 400.0
-    new_server = bench.Latency(p([900.0]), p([400.0]), p([650.0]), p([250.0]), p([]), p([]))
-    assert bench.judged_final_latency(new_server).p95 == 250.0
-    assert bench.judge(new_server, 0, 0, bench.Criteria(max_final_latency_ms=200.0)) == (
+    p = percentiles
+    old_server = Latency(p([900.0]), p([400.0]), p([]), p([]), p([]), p([]))
+    assert judged_final_latency(old_server).p95 == 400.0
+    new_server = Latency(p([900.0]), p([400.0]), p([650.0]), p([250.0]), p([]), p([]))
+    assert judged_final_latency(new_server).p95 == 250.0
+    assert judge(new_server, 0, 0, Criteria(max_final_latency_ms=200.0)) == (
         "final latency p95 250.0 ms > 200.0",
     )
 
 
 def test_histogram_delta_quantiles_and_batch_buckets() -> None:
     inf = float("inf")
-    before = bench.Histogram((1, 2, 4, inf), (5, 5, 5, 5), 5.0, 5)
-    after = bench.Histogram((1, 2, 4, inf), (5, 15, 25, 25), 65.0, 25)
+    before = Histogram((1, 2, 4, inf), (5, 5, 5, 5), 5.0, 5)
+    after = Histogram((1, 2, 4, inf), (5, 15, 25, 25), 65.0, 25)
     delta = after.minus(before)
     assert delta.count == 20 and delta.total == 60.0
-    assert bench.batch_distribution(delta) == {"2": 10, "3-4": 10}
+    assert batch_distribution(delta) == {"2": 10, "3-4": 10}
     assert delta.quantile(0.5) == pytest.approx(2.0)
     assert delta.quantile(0.75) == pytest.approx(3.0)
-    assert bench.Histogram((1, inf), (0, 0), 0.0, 0).quantile(0.5) is None
+    assert Histogram((1, inf), (0, 0), 0.0, 0).quantile(0.5) is None
 
 
 @pytest.mark.parametrize(("capacity", "start", "limit"), [(13, 1, 1024), (0, 4, 64), (64, 1, 64)])
@@ -111,19 +152,24 @@ def test_capacity_search_finds_the_largest_passing_n(capacity: int, start: int, 
         tried.append(n)
         return n <= capacity
 
-    assert bench.find_capacity(passes, start, limit) == capacity
+    assert find_capacity(passes, start, limit) == capacity
     assert len(tried) <= 2 * limit.bit_length()
 
 
 def test_end_silence_from_the_command_line_or_stats() -> None:
-    config = bench.BenchConfig(end_silence_ms=500)
-    command = bench.Target(
-        "x", command=("python", "--end-silence-ms", "300", "--end-silence-ms=700")
-    )
-    assert bench.resolve_end_silence(None, command, config) == (700, "server command line")
-    assert bench.resolve_end_silence({"vad": {"end_silence_ms": 250}}, command, config)[0] == 250
-    assert bench.resolve_end_silence({}, bench.Target("y", url="ws://h:1/ws"), config)[0] == 500
-    assert bench.http_base("ws://127.0.0.1:8765/ws") == "http://127.0.0.1:8765"
+    config = BenchConfig(end_silence_ms=500)
+    spawned = Target("x", spec=ServerSpec(("--end-silence-ms", "300", "--end-silence-ms=700")))
+    assert resolve_end_silence(None, spawned, config) == (700, "server command line")
+    assert resolve_end_silence({"vad": {"end_silence_ms": 250}}, spawned, config)[0] == 250
+    assert resolve_end_silence({}, Target("y", url="ws://h:1/ws"), config)[0] == 500
+    assert http_base("ws://127.0.0.1:8765/ws") == "http://127.0.0.1:8765"
+
+
+def test_idle_means_no_sessions_and_an_empty_queue() -> None:
+    assert is_idle({"sessions": 0, "queue": {"depth": 0}})
+    assert not is_idle({"sessions": 2, "queue": {"depth": 0}})
+    assert not is_idle({"sessions": 0, "queue": {"depth": 3}})
+    assert is_idle(None)  # a server without /stats cannot be waited for
 
 
 def test_two_capacity_searches_take_turns() -> None:
@@ -136,7 +182,7 @@ def test_two_capacity_searches_take_turns() -> None:
 
         return passes
 
-    found = bench.interleave_searches([check("a", 5), check("b", 12)], 4, 32)
+    found = interleave_searches([check("a", 5), check("b", 12)], 4, 32)
     assert found == [5, 12]
     # Turns alternate while both searches run, so drift in the machine's speed hits both.
     names = [name for name, _ in order]

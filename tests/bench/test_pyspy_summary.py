@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scripts import load_script
-
-pyspy = load_script("pyspy_summary")
-
+from tools import pyspy_summary as pyspy
 
 RAW = """\
 thread (11): MainThread;Runner.run (asyncio/runners.py:118);fbank (frontend.py:214) 30

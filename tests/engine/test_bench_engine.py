@@ -1,25 +1,18 @@
-"""scripts/bench_engine.py on the tiny model: per-case memory against price and budget, targets."""
+"""tools.bench_engine on the tiny model: per-case memory against price and budget, targets."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import ModuleType
 
 from tests.engine.gpu import needs_cuda
-from tests.scripts import load_script
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_bench_engine() -> ModuleType:
-    return load_script("bench_engine")
+from tools import bench_engine
 
 
 def run(tiny: Path, tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / "engine.json"
     args = ["--model", str(tiny), "--batch", "1,2", "--seconds", "1,10", "--repeats", "1"]
-    assert load_bench_engine().main([*args, "--json", str(out), *extra]) == 0
+    assert bench_engine.main([*args, "--json", str(out), *extra]) == 0
     return json.loads(out.read_text())
 
 
@@ -41,7 +34,7 @@ def test_cases_report_latency_throughput_and_memory(tiny_model_dir: Path, tmp_pa
 
 
 def test_targets_without_the_ten_second_case() -> None:
-    targets = load_bench_engine().targets([])
+    targets = bench_engine.targets([])
     assert targets["batch1_10s_model_ms"] is None and targets["batch1_10s_met"] is None
     assert targets["memory_within_budget"] is True
 

@@ -17,9 +17,9 @@ from engine.loader import BackendOptions, create_backend
 from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
-from tests.server.client import Outcome, run_session
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
+from tools.client import Outcome, run_session
 
 SR = 16000
 
@@ -79,7 +79,7 @@ def test_stream_file_gives_three_finals_equal_to_offline_transcribe(
             "engine",
             "transcribe",
             "--model",
-            server.args[4],
+            str(server.model),
             "--precision",
             "fp32",
             "--batch-size",

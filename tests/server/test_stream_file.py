@@ -22,11 +22,11 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Response
 
-from tests.scripts import load_script
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences
-
-stream_file = load_script("stream_file")
+from tools.client import refusal
+from tools.stream_file.live import LiveView, display_width, live_line
+from tools.stream_file.output import out_is_dir, plan_output
 
 KEY = "stream-file-key-0123456789"
 SCRIPT = [sys.executable, "scripts/stream_file.py"]
@@ -162,15 +162,15 @@ def refused(status: int, body: bytes) -> InvalidStatus:
 
 def test_refusal_names_the_status_and_the_servers_reason() -> None:
     """Old: there was no description of a refusal at all."""
-    assert stream_file.refusal(refused(503, b"server is draining\n")) == (
+    draining = refusal(refused(503, b"server is draining\n"))
+    assert (draining.code, str(draining)) == (
         "unavailable",
         "server refused the connection: 503 server is draining",
     )
-    assert stream_file.refusal(refused(403, b"origin not allowed\n"))[0] == "forbidden"
-    assert stream_file.refusal(refused(429, b"")) == (
-        "http_429",
-        "server refused the connection: 429 Reason",
-    )
+    assert draining.status == 503 and draining.reason == "server is draining"
+    assert refusal(refused(403, b"origin not allowed\n")).code == "forbidden"
+    other = refusal(refused(429, b""))
+    assert (other.code, str(other)) == ("http_429", "server refused the connection: 429 Reason")
 
 
 # --- outputs -----------------------------------------------------------------------------
@@ -219,10 +219,10 @@ def test_failed_single_input_leaves_no_output_file(talk: Path, tmp_path: Path) -
 
 def test_out_rule() -> None:
     """Old: there was no rule; a directory was whatever already existed."""
-    assert stream_file.out_is_dir("subs/", 1)
-    assert stream_file.out_is_dir("subs", 2)
-    assert stream_file.out_is_dir(str(REPO / "scripts"), 1)
-    assert not stream_file.out_is_dir("talk.srt", 1)
+    assert out_is_dir("subs/", 1)
+    assert out_is_dir("subs", 2)
+    assert out_is_dir(str(REPO / "scripts"), 1)
+    assert not out_is_dir("talk.srt", 1)
 
 
 # --- the terminal -------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_out_rule() -> None:
 
 def test_display_width_counts_wide_characters_twice() -> None:
     """Old: there was no width function; text[-100:] cut by characters."""
-    width = stream_file.display_width
+    width = display_width
     assert width("hello") == 5
     assert width("今天天气") == 8
     assert width("ｗｉｄｅ") == 8  # fullwidth forms
@@ -239,7 +239,7 @@ def test_display_width_counts_wide_characters_twice() -> None:
 
 
 def test_live_line_keeps_the_end_within_the_terminal() -> None:
-    live_line, width = stream_file.live_line, stream_file.display_width
+    width = display_width
     text = "hello 今天天气很好，我们去公园散步吧。"
     for columns in range(4, 60):
         line = live_line(text, columns)
@@ -255,7 +255,7 @@ def test_live_line_keeps_the_end_within_the_terminal() -> None:
 
 def test_output_plan_shows_each_final_once_in_a_terminal() -> None:
     """Old: finals went to stderr live and to stdout again, both on the terminal."""
-    plan = stream_file.plan_output
+    plan = plan_output
     text_tty = plan(1, None, "text", stderr_tty=True, stdout_same_tty=True)
     assert (text_tty.live, text_tty.live_finals, text_tty.stdout) == (True, True, False)
     srt_tty = plan(1, None, "srt", stderr_tty=True, stdout_same_tty=True)
@@ -289,7 +289,7 @@ def test_terminal_shows_each_final_once_and_partials_never_wrap(
         assert sum(row.endswith(text) for row in rows) == 1, rows
     partials = [p for p in redraws(output) if p.startswith("… ")]
     assert partials, output
-    assert max(stream_file.display_width(p) for p in partials) <= columns - 1
+    assert max(display_width(p) for p in partials) <= columns - 1
     assert not any(row.startswith("… ") for row in rows)  # the last partial was cleared
 
 
@@ -304,7 +304,7 @@ def test_live_view_falls_back_to_columns_and_prints_finals_on_their_own_rows(
 
     monkeypatch.setenv("COLUMNS", "20")
     screen = Recorder()
-    view = stream_file.LiveView(screen, show_finals=True)
+    view = LiveView(screen, show_finals=True)
     view.partial("欢迎使用实时语音识别服务" * 3)
     view.final({"start_ms": 1500, "text": "done"})
     first, final = redraws(screen.getvalue())

@@ -1,0 +1,128 @@
+"""Load generation: every planned client streams at real-time pace on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tools.bench.config import BenchConfig
+from tools.bench.corpus import FRAME_MS
+from tools.bench.plan import StreamPlan
+from tools.bench.scrape import Endpoint, Snapshot, is_idle, snapshot
+from tools.client import ClientError, Outcome, SessionOptions, converse
+from tools.stats import Reading, Stats, StatsSampler
+
+START = {"type": "start", "sample_rate": 16000, "encoding": "pcm_s16le", "language": "auto"}
+OPEN_TIMEOUT_S = 60.0  # a loaded server takes a while to answer a handshake
+
+# (utt_id, start_ms, end_ms, arrival, decided_ms or None from an older server)
+FinalSeen = tuple[int, float, float, float, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLog:
+    """What one client saw, in the form the analysis reads."""
+
+    t0: float
+    sent_at: tuple[float, ...]
+    partials: tuple[tuple[int, float], ...]  # (utt_id, arrival)
+    finals: tuple[FinalSeen, ...]
+    errors: tuple[str, ...]
+    ended: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOutcome:
+    """Raw material of one run, before analysis."""
+
+    logs: tuple[StreamLog, ...]
+    wall_s: float
+    cpu_s: float
+    before: Snapshot
+    stats_samples: tuple[Stats, ...]
+
+
+def stream_log(outcome: Outcome, failure: ClientError | None) -> StreamLog:
+    """The partial and final arrivals, errors and `end` of one client's session."""
+    errors = [f"{e.get('code')}: {e.get('message')}" for e in outcome.of("error")]
+    if failure is not None:
+        errors.append(f"{failure.code}: {failure}")
+    if not outcome.ended and not errors:
+        errors.append(f"session closed without `end` (close code {outcome.close_code})")
+    finals = [
+        (e["utt_id"], e["start_ms"], e["end_ms"], t, e.get("decided_ms"))
+        for e, t in outcome.timed("final")
+    ]
+    return StreamLog(
+        t0=outcome.started_at,
+        sent_at=tuple(outcome.sent_at),
+        partials=tuple((e["utt_id"], t) for e, t in outcome.timed("partial")),
+        finals=tuple(finals),
+        errors=tuple(errors),
+        ended=outcome.ended,
+    )
+
+
+async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: float) -> StreamLog:
+    """One live client: connect, start, stream, stop, wait for every owed final and `end`."""
+    await asyncio.sleep(plan.start_delay_s)  # the ramp: clients join one after another
+    options = SessionOptions(
+        start=START,
+        frame_s=FRAME_MS / 1000,
+        speed=1.0,
+        headers=endpoint.headers,
+        open_timeout_s=OPEN_TIMEOUT_S,
+        drain_timeout_s=drain_timeout_s,
+        keepalive=False,
+    )
+    outcome = Outcome()
+    try:
+        await converse(endpoint.ws_url, plan.frames, options, outcome)
+    except ClientError as exc:
+        return stream_log(outcome, exc)
+    return stream_log(outcome, None)
+
+
+async def drive(
+    endpoint: Endpoint, plans: Sequence[StreamPlan], config: BenchConfig
+) -> LoadOutcome:
+    """Wait for the server to be idle, then run every client while sampling /stats."""
+    headers = endpoint.headers
+    async with StatsSampler(endpoint.http_url, headers, config.stats_interval_s) as sampler:
+        # Let the previous run's sessions and queue drain before this one starts.
+        await sampler.until(lambda r: is_idle(r[-1].stats) if r else False, config.settle_timeout_s)
+        before = await asyncio.to_thread(snapshot, endpoint)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.monotonic()
+        logs = await asyncio.gather(
+            *(run_stream(endpoint, p, config.drain_timeout_s) for p in plans)
+        )
+        wall = time.monotonic() - started
+        done = resource.getrusage(resource.RUSAGE_SELF)
+        during = sampler.since(started)
+    cpu = (done.ru_utime + done.ru_stime) - (usage.ru_utime + usage.ru_stime)
+    return LoadOutcome(tuple(logs), wall, cpu, before, usable(during))
+
+
+def usable(readings: Sequence[Reading]) -> tuple[Stats, ...]:
+    return tuple(r.stats for r in readings if r.stats is not None)
+
+
+def run_loop(coro: Coroutine[Any, Any, LoadOutcome]) -> tuple[LoadOutcome, str]:
+    """Run on uvloop when it is installed, else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro), "asyncio"
+    return uvloop.run(coro), "uvloop"
+
+
+def raise_fd_limit() -> None:
+    """One socket per stream: lift the soft open-files limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

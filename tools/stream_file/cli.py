@@ -1,0 +1,146 @@
+"""scripts/stream_file.py's command line: each file one live stream, captions as they finish."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine.audio_io import read_audio
+from engine.errors import AudioError
+from engine.types import SAMPLE_RATE
+from tools.client import ClientError, Outcome, SessionOptions, bearer, converse, pace_for, pcm16
+from tools.stream_file.live import CLEAR_LINE, LiveView
+from tools.stream_file.output import (
+    FORMATS,
+    OutputPlan,
+    StreamResult,
+    plan_output,
+    render,
+    report,
+    same_terminal,
+    save,
+)
+
+DESCRIPTION = "Replay audio files to a SenseStream server as live streams; print or save captions."
+API_KEY_ENV = "SENSESTREAM_API_KEY"
+
+
+def unreadable(path: Path) -> tuple[str, str] | None:
+    """Why `path` cannot be opened, in words libsndfile does not find ("System error")."""
+    if not path.exists():
+        return "not_found", "no such file"
+    if path.is_dir():
+        return "not_a_file", "is a directory"
+    if not os.access(path, os.R_OK):
+        return "permission_denied", "permission denied"
+    return None
+
+
+def session_options(args: argparse.Namespace) -> SessionOptions:
+    start = {"type": "start", "language": args.language, "itn": args.itn}
+    return SessionOptions(
+        start={**start, "pace": pace_for(args.speed)},
+        frame_s=args.chunk_ms / 1000,
+        speed=args.speed,
+        headers=bearer(args.api_key),
+    )
+
+
+async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None) -> StreamResult:
+    """One file as one session; every failure becomes an error on its result."""
+    result = StreamResult(path)
+    problem = unreadable(path)
+    if problem is not None:
+        return result.fail(*problem)
+    try:
+        audio = read_audio(path)
+    except AudioError as exc:
+        return result.fail(exc.code, str(exc))
+    step = SAMPLE_RATE * args.chunk_ms // 1000
+    frames = [pcm16(audio[i : i + step]) for i in range(0, len(audio), step)]
+    outcome, failure = Outcome(), None
+    show = live.show if live is not None else None
+    try:
+        await converse(args.url, frames, session_options(args), outcome, show)
+    except ClientError as exc:
+        failure = exc
+    finally:
+        if live is not None:
+            live.clear()
+    result.absorb(outcome)
+    if failure is not None:
+        result.fail(failure.code, str(failure))
+    if not result.ended and not result.errors:
+        code = result.close_code
+        result.fail("incomplete", f"the server closed the stream before `end` (code {code})")
+    return result
+
+
+async def stream_all(args: argparse.Namespace, plan: OutputPlan) -> list[StreamResult]:
+    gate = asyncio.Semaphore(args.concurrency)
+    live = LiveView(sys.stderr, plan.live_finals) if plan.live else None
+
+    async def guarded(path: Path) -> StreamResult:
+        async with gate:
+            result = await stream_one(path, args, live)
+        # Each file is saved and reported as it finishes, so a long batch cut short
+        # keeps what it finished.
+        save(result, plan, args.format)
+        report(result)
+        return result
+
+    return list(await asyncio.gather(*(guarded(p) for p in args.files)))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=DESCRIPTION)
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("--url", default="ws://127.0.0.1:8765/ws")
+    parser.add_argument("--api-key", default=None, help=f"Bearer key (default: ${API_KEY_ENV})")
+    parser.add_argument("--speed", type=float, default=1.0, help="1 = real time, 0 = flat out")
+    parser.add_argument("--chunk-ms", type=int, default=100)
+    parser.add_argument("--language", default="auto")
+    parser.add_argument("--itn", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--format", choices=FORMATS, default="text")
+    parser.add_argument(
+        "--out", default=None, help="file, or directory (ends with /, exists, or several inputs)"
+    )
+    parser.add_argument("--concurrency", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.speed < 0 or args.chunk_ms <= 0 or args.concurrency < 1:
+        parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
+    if args.api_key is None:
+        args.api_key = os.environ.get(API_KEY_ENV) or None
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = plan_output(
+        len(args.files),
+        args.out,
+        args.format,
+        sys.stderr.isatty(),
+        same_terminal(sys.stdout, sys.stderr),
+    )
+    if plan.out_dir is not None:
+        try:
+            plan.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: cannot create directory {plan.out_dir}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        results = asyncio.run(stream_all(args, plan))
+    except KeyboardInterrupt:
+        print(f"{CLEAR_LINE if plan.live else ''}interrupted", file=sys.stderr)
+        return 130
+    if plan.stdout:
+        for r in results:
+            if r.succeeded:
+                sys.stdout.write(render(r, args.format))
+        sys.stdout.flush()
+    return 0 if all(r.succeeded for r in results) else 1
