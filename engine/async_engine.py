@@ -64,16 +64,15 @@ class AsyncEngine:
 
     def __init__(
         self,
-        recognizers: Recognizer | Sequence[Recognizer],
+        recognizers: Sequence[Recognizer],
         scheduler: Scheduler,
+        device_names: Sequence[str],
         metrics: EngineMetrics | None = None,
-        device_names: Sequence[str] | None = None,
         *,
         feature_threads: int = 1,
         max_in_flight: int = 1,
     ) -> None:
-        recs = [recognizers] if isinstance(recognizers, Recognizer) else list(recognizers)
-        names = list(device_names or (["cpu"] if len(recs) == 1 else []))
+        recs, names = list(recognizers), list(device_names)
         if not (len(recs) == len(scheduler.budgets) == len(names)):
             raise ValueError("need one recognizer, one budget and one name per device")
         if feature_threads < 1:
@@ -101,9 +100,9 @@ class AsyncEngine:
         self._publish_memory()
 
     @property
-    def recognizer(self) -> Recognizer:
-        """The first device's recognizer (the only one on a single device)."""
-        return self._workers[0].recognizer
+    def recognizers(self) -> tuple[Recognizer, ...]:
+        """One per device, in device order."""
+        return tuple(w.recognizer for w in self._workers)
 
     # ---- lifecycle ----------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from engine.device_memory import (  # re-exported: scripts read peaks through th
 )
 from engine.devices import parse_devices
 from engine.loader import BackendOptions, create_backend
-from engine.model_dir import DEFAULT_MODEL_ID, ModelDir, resolve_model
+from engine.model_dir import DEFAULT_MODEL_ID, ONNX_NAMES, ModelDir, resolve_model
 from engine.recognizer import Recognizer, Utterance
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.tuning_cache import (
@@ -38,6 +38,7 @@ from engine.tuning_cache import (
     load_tuning,
     save_tuning,
     tuning_key,
+    usable_cpus,
     weights_fact,
 )
 from engine.types import SAMPLE_RATE, DecodeOptions
@@ -180,12 +181,6 @@ def architecture_of(config: dict[str, Any], precision: str = "fp32") -> Architec
     )
 
 
-def build_engine(config: EngineConfig) -> tuple[Recognizer, Scheduler, EngineReport]:
-    """Load and warm the model, size the budget, and return a scheduler ready to serve."""
-    parts = build_engine_parts(config)
-    return parts.recognizers[0], parts.scheduler, parts.report
-
-
 def build_engine_parts(
     config: EngineConfig,
     *,
@@ -212,10 +207,9 @@ def build_engine_parts(
     )
     scheduler = Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=config.max_wait_ms),
-        first.budget,
+        [d.budget for d in devices],
         cost,
         first.recognizer.frontend.num_frames,
-        more_budgets=[d.budget for d in devices[1:]],
     )
     scheduler.check_fits(config.max_segment_ms * SAMPLE_RATE // 1000)
     report = EngineReport(
@@ -267,9 +261,13 @@ def _tune(config: EngineConfig, model_dir: ModelDir, first: _Device, smallest: i
 
 def _tuning_facts(config: EngineConfig, model_dir: ModelDir, first: _Device) -> dict[str, Any]:
     """Everything a stored tuning depends on; any change measures again."""
-    runtime = {name: _version(name) for name in ("onnxruntime", "torch", "numpy")}
+    packages = ("sensestream", "onnxruntime", "onnxruntime-gpu", "torch", "numpy")
+    runtime = {name: _version(name) for name in packages}
+    precision = config.backend.resolved_precision()
+    exported = model_dir.onnx_path(precision) if precision in ONNX_NAMES else None
     return {
         "weights": weights_fact(model_dir.weights_path),
+        "export": weights_fact(exported) if exported is not None else None,
         "backend": first.recognizer.backend.name,
         "options": asdict(config.backend),
         "devices": config.devices,
@@ -284,7 +282,8 @@ def _tuning_facts(config: EngineConfig, model_dir: ModelDir, first: _Device) -> 
             config.calibration_batches,
         ],
         "cpu": cpu_identity(),
-        "cpus": os.cpu_count(),
+        "cpus": usable_cpus(),
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"),
         "runtime": runtime,
     }
 

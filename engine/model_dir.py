@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import json
-import socket
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import yaml
 
 from engine.errors import ModelDirIncompleteError, ModelNotFoundError
 
 DEFAULT_MODEL_ID = "iic/SenseVoiceSmall"
+DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 DEFAULT_TOKENIZER = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 TEST_MODEL_MARKER = "sensestream_test_model.json"
 ONNX_NAMES: Mapping[str, str] = {
@@ -156,7 +158,7 @@ def _from_modelscope(
     except Exception:  # noqa: BLE001 - modelscope raises many types for "not cached"
         pass
     endpoint = _modelscope_endpoint()
-    if not reachable(endpoint, probe_timeout_s):
+    if not reachable(f"{endpoint.rstrip('/')}/api/v1/models/{model_id}", probe_timeout_s):
         raise ModelNotFoundError(
             f"{model_id!r} is not in the ModelScope cache and {endpoint} did not answer "
             f"within {probe_timeout_s:g} s (no network?). {LOCAL_DIR_HINT}"
@@ -170,30 +172,32 @@ def _from_modelscope(
 
 
 def _modelscope_endpoint() -> str:
+    """The hub the client will use (it honours MODELSCOPE_ENDPOINT, e.g. a mirror)."""
     try:
-        from modelscope.hub.utils.utils import get_endpoint
+        from modelscope_hub.config import HubConfig
     except ImportError:
-        return "https://www.modelscope.cn"
-    return str(get_endpoint())
+        return DEFAULT_ENDPOINT
+    return str(HubConfig().endpoint or DEFAULT_ENDPOINT)
 
 
 def endpoint_reachable(url: str, timeout_s: float) -> bool:
-    """Whether a TCP connection to the URL's host opens within `timeout_s`.
+    """Whether the hub answers an HTTP request within `timeout_s` (any status counts).
 
-    Name resolution has no timeout of its own, so the probe runs on a daemon thread and
-    the deadline covers both; a probe that outlives it is simply abandoned.
+    A request, not a bare connect: some networks accept every TCP connection, and a
+    request goes through the same proxy settings as the download will. Name resolution
+    has no timeout of its own, so the probe runs on a daemon thread and the deadline
+    covers it all; a probe that outlives it is simply abandoned.
     """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     done = threading.Event()
     outcome: list[bool] = []
 
     def probe() -> None:
         try:
-            with socket.create_connection((host, port), timeout=timeout_s):
+            with urllib.request.urlopen(url, timeout=timeout_s):
                 outcome.append(True)
-        except OSError:
+        except urllib.error.HTTPError:
+            outcome.append(True)  # it answered
+        except (OSError, ValueError, http.client.HTTPException):
             outcome.append(False)
         finally:
             done.set()

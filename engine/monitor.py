@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -13,9 +13,14 @@ from prometheus_client import CollectorRegistry, Gauge
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:
-    """One device's NVML reading; None where the device does not report a value (MIG)."""
+    """One device's NVML reading; None where the device does not report a value (MIG).
+
+    `index` is the CUDA ordinal the engine uses (`cuda:N`) once the monitor follows the
+    engine's devices, else NVML's own index; `nvml_index` is always NVML's.
+    """
 
     index: int
+    nvml_index: int
     name: str
     memory_used: int
     memory_total: int
@@ -32,6 +37,7 @@ class Nvml(Protocol):
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any: ...
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> Any: ...
 
 
 def load_nvml() -> Nvml | None:
@@ -55,19 +61,61 @@ def is_nvml_error(exc: BaseException) -> bool:
     return any(c.__name__ == "NVMLError" for c in type(exc).__mro__)
 
 
-def read_gpus(nvml: Nvml) -> list[GpuReading]:
-    """Every device NVML can read, by NVML index; a device that errors is left out."""
+def read_gpus(nvml: Nvml, devices: Mapping[int, int] | None = None) -> list[GpuReading]:
+    """NVML readings of `devices` (CUDA ordinal to NVML index), or of every device NVML
+    sees, by NVML index; a device that errors is left out."""
+    pairs = devices or {i: i for i in range(nvml.nvmlDeviceGetCount())}
     readings = []
-    for index in range(nvml.nvmlDeviceGetCount()):
-        reading = _read_gpu(nvml, index)
+    for index, nvml_index in pairs.items():
+        reading = _read_gpu(nvml, index, nvml_index)
         if reading is not None:
             readings.append(reading)
     return readings
 
 
-def _read_gpu(nvml: Nvml, index: int) -> GpuReading | None:
+def cuda_to_nvml(nvml: Nvml, cuda_uuids: Mapping[int, str]) -> dict[int, int]:
+    """NVML's index for each CUDA ordinal, matched by UUID.
+
+    CUDA numbers only the devices CUDA_VISIBLE_DEVICES lets it see (and may order them
+    differently); NVML numbers every device on the host. An ordinal whose UUID is unknown
+    or unmatched keeps its own number, the best guess without one.
+    """
+    by_uuid: dict[str, int] = {}
+    for nvml_index in range(nvml.nvmlDeviceGetCount()):
+        try:
+            uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(nvml_index))
+        except Exception as exc:
+            if is_nvml_error(exc):
+                continue
+            raise
+        by_uuid[_plain_uuid(uuid)] = nvml_index
+    return {
+        cuda: by_uuid.get(_plain_uuid(cuda_uuids.get(cuda, "")), cuda)
+        for cuda in sorted(cuda_uuids)
+    }
+
+
+def cuda_uuids(devices: Sequence[int], cuda: Any | None = None) -> dict[int, str]:
+    """Each CUDA ordinal's device UUID from torch when it has CUDA ("" when unknown)."""
+    if cuda is None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        cuda = torch.cuda if torch is not None and torch.cuda.is_available() else None
+    if cuda is None:
+        return dict.fromkeys(devices, "")
+    return {i: str(getattr(cuda.get_device_properties(i), "uuid", "")) for i in devices}
+
+
+def _plain_uuid(uuid: Any) -> str:
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    text = text.strip().lower()
+    return text.removeprefix("gpu-")
+
+
+def _read_gpu(nvml: Nvml, index: int, nvml_index: int) -> GpuReading | None:
     try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
         name = nvml.nvmlDeviceGetName(handle)
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
     except Exception as exc:
@@ -76,6 +124,7 @@ def _read_gpu(nvml: Nvml, index: int) -> GpuReading | None:
         raise
     return GpuReading(
         index=index,
+        nvml_index=nvml_index,
         name=name.decode() if isinstance(name, bytes) else str(name),
         memory_used=int(memory.used),
         memory_total=int(memory.total),
@@ -135,6 +184,7 @@ class Monitor:
     def __init__(self, registry: CollectorRegistry, nvml: Nvml | None = None) -> None:
         self._process = psutil.Process(os.getpid())
         self._nvml = nvml
+        self._devices: dict[int, int] | None = None  # CUDA ordinal -> NVML index
         labels = ["gpu"]
         self._rss = Gauge("process_resident_memory_bytes_sensestream", "RSS", registry=registry)
         self._gpu_used = Gauge("gpu_memory_used_bytes", "NVML used", labels, registry=registry)
@@ -142,11 +192,16 @@ class Monitor:
         self._gpu_util = Gauge("gpu_utilization_percent", "NVML util", labels, registry=registry)
         self._gpu_temp = Gauge("gpu_temperature_celsius", "NVML temp", labels, registry=registry)
 
+    def follow(self, uuids: Mapping[int, str]) -> None:
+        """Read only the engine's GPUs (CUDA ordinal to UUID), labelled by CUDA ordinal."""
+        if self._nvml is not None and uuids:
+            self._devices = cuda_to_nvml(self._nvml, uuids)
+
     def snapshot(self, torch_devices: Sequence[int] | None = None) -> dict[str, Any]:
-        """A JSON-ready reading, also pushed into the gauges (labelled by NVML index)."""
+        """A JSON-ready reading, also pushed into the gauges (labelled by the `index`)."""
         rss = int(self._process.memory_info().rss)
         self._rss.set(rss)
-        gpus = read_gpus(self._nvml) if self._nvml is not None else []
+        gpus = read_gpus(self._nvml, self._devices) if self._nvml is not None else []
         for g in gpus:
             label = str(g.index)
             self._gpu_used.labels(label).set(g.memory_used)

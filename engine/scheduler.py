@@ -88,22 +88,21 @@ class _Queued:
 class Scheduler:
     """Queues requests from every session and forms batches under per-device budgets.
 
-    `budget` is device 0's; `more_budgets` are those of devices 1, 2, ... when there are
-    several. One queue serves them all, so any idle device takes the oldest work.
+    `budgets` holds one budget per device, in device order. One queue serves them all, so
+    any idle device takes the oldest work.
     """
 
     def __init__(
         self,
         config: SchedulerConfig,
-        budget: MemoryBudget,
+        budgets: Sequence[MemoryBudget],
         cost: CostModel,
         frames_of: Callable[[int], int],
-        *,
-        more_budgets: Sequence[MemoryBudget] = (),
     ) -> None:
+        if not budgets:
+            raise ValueError("a scheduler needs at least one device budget")
         self.config = config
-        self.budget = budget
-        self.budgets: tuple[MemoryBudget, ...] = (budget, *more_budgets)
+        self.budgets: tuple[MemoryBudget, ...] = tuple(budgets)
         self.cost = cost
         self.frames_of = frames_of
         self._finals: list[_Queued] = []  # sorted by arrival
@@ -189,7 +188,9 @@ class Scheduler:
         """A batch to run now on `device`, or None (not full and not yet due, or no memory
         free on that device)."""
         if self._retry:
-            return self._retry_batch(now, device)
+            batch = self._retry_batch(now, device)
+            if batch is not None or self._retry:
+                return batch  # retries first; fresh work once none is left
         oldest = self._oldest_arrival()
         if oldest is None:
             return None
@@ -223,13 +224,31 @@ class Scheduler:
         return None
 
     def _retry_batch(self, now: float, device: int) -> Batch | None:
-        group = self._retry[0]
-        frames = max(self.frames_of(r.num_samples) for r in group)
-        allocation = self.budgets[device].allocate(self.cost.bytes(len(group), frames))
-        if allocation is None:
-            return None
-        self._retry.popleft()
-        return self._batch(list(group), allocation, now, retry=True, device=device)
+        """The first retry group, if `device` has the memory for it now.
+
+        A group that no budget could hold any more (the cost model grew with each
+        out-of-memory error) is split again, and a single request that cannot fit even
+        alone is rejected, as a fresh one would be: otherwise it would head the line
+        forever and nothing behind it would ever run.
+        """
+        largest = max(b.total for b in self.budgets)
+        while self._retry:
+            group = self._retry[0]
+            size = self.cost.bytes(len(group), max(self.frames_of(r.num_samples) for r in group))
+            if size <= largest:
+                allocation = self.budgets[device].allocate(size)
+                if allocation is None:
+                    return None  # wait for memory here, or for a device with more
+                self._retry.popleft()
+                return self._batch(list(group), allocation, now, retry=True, device=device)
+            self._retry.popleft()
+            if len(group) == 1:
+                self._rejected.append(group[0])
+            else:
+                half = len(group) // 2
+                self._retry.appendleft(group[half:])
+                self._retry.appendleft(group[:half])
+        return None
 
     def _form(self, now: float, device: int) -> Batch | None:
         budget = self.budgets[device]

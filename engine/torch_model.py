@@ -43,6 +43,8 @@ def _sensevoice_class() -> Any:
 
     funasr prints a notice on stdout when ffmpeg is absent (we never use its audio
     loading), which would corrupt the JSON lines and captions our CLIs print there.
+    The swap of `sys.stdout` is process-wide for the import's duration: nothing else may
+    print meanwhile (the server prints its announcements before any model work).
     """
     chatter = io.StringIO()
     with contextlib.redirect_stdout(chatter):

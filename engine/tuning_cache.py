@@ -54,6 +54,14 @@ def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{fields.get('model name', platform.machine())} | {fields.get('flags', '')}"
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container's cpuset or affinity, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def tuning_key(facts: Mapping[str, Any]) -> str:
     """A stable digest of everything the measurement depends on."""
     blob = json.dumps(facts, sort_keys=True, default=str).encode()
@@ -93,6 +101,7 @@ def load_tuning(folder: Path, key: str) -> Tuning | None:
 
 def save_tuning(folder: Path, key: str, tuning: Tuning) -> None:
     """Store atomically; a read-only or full disk only costs the next start its seconds."""
+    name: str | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=key, suffix=".tmp", dir=folder)
@@ -101,3 +110,5 @@ def save_tuning(folder: Path, key: str, tuning: Tuning) -> None:
         Path(name).replace(folder / f"{key}.json")
     except OSError as exc:
         log.warning("could not store the tuning cache in %s: %s", folder, exc)
+        if name is not None:
+            Path(name).unlink(missing_ok=True)

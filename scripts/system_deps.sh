@@ -6,7 +6,11 @@ set -euo pipefail
 missing=()
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v sox >/dev/null || missing+=(sox libsox-fmt-all)
-command -v chromium >/dev/null || missing+=(chromium)
+# The browser tests honour the same two settings (tests/web/conftest.py).
+if [ "${SENSESTREAM_SKIP_BROWSER:-}" != 1 ] \
+  && ! [ -x "${SENSESTREAM_CHROMIUM:-/usr/bin/chromium}" ]; then
+  missing+=(chromium)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing ${missing[*]} (Debian packages the tests need)" >&2

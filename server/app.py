@@ -23,24 +23,22 @@ from engine.async_engine import AsyncEngine
 from engine.builder import EngineReport, build_engine_parts
 from engine.devices import device_index
 from engine.metrics import EngineMetrics
-from engine.monitor import Monitor, load_nvml
+from engine.monitor import Monitor, cuda_uuids, load_nvml
 from engine.types import SAMPLE_RATE, RequestKind
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ServerConfig
 from server.connection import Connection
 from server.http import json_response, response, static_file, text_response, unauthorized
-from server.listen import Listeners, bound_port, page_url
-from server.models import choose_model, engine_config
+from server.listen import ListenError, page_url
+from server.models import choose_model, tuning_folder
 from streaming.errors import ServerFullError
-from streaming.limits import SessionLimits
 from streaming.messages import ErrorEvent, dump_event
-from streaming.partials import PartialPolicy
-from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
-from streaming.vad_types import VadConfig, VadModel
+from streaming.vad_types import VadModel
 
 log = logging.getLogger("sensestream.server")
-OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/stats"})
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
+OPS_PATHS = HEALTH_PATHS | {"/metrics", "/stats"}
 
 
 @dataclass
@@ -72,35 +70,13 @@ class ServerMetrics:
 
 
 def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
-    return SessionConfig(
-        vad=VadConfig(end_silence_ms=config.end_silence_ms),
-        segmenter=SegmenterConfig(
-            max_segment_ms=config.max_segment_ms,
-            min_speech_ms=config.min_speech_ms,
-            preroll_ms=config.preroll_ms,
-        ),
-        partials=PartialPolicy(
-            interval_ms=config.partial_interval_ms,
-            adaptive=config.adaptive_partials,
-            max_interval_ms=config.max_partial_interval_ms,
-            hold_ms=config.partial_hold_ms,
-        ),
-        limits=SessionLimits(
-            max_frame_bytes=config.max_frame_bytes,
-            max_text_bytes=config.max_text_bytes,
-            max_rate=config.max_rate,
-            max_replay_rate=config.max_replay_rate,
-            max_session_s=config.max_session_s,
-            idle_timeout_s=config.idle_timeout_s,
-        ),
-        model_name=report.model,
-        test_model=report.test_model,
-        early_final_ms=config.early_final_ms,
+    return config.session.streaming(
+        config.limits.session_limits(), model_name=report.model, test_model=report.test_model
     )
 
 
 def make_vad(config: ServerConfig) -> VadModel:
-    if config.vad == "webrtc":
+    if config.session.vad == "webrtc":
         from streaming.vad_webrtc import WebrtcVadModel
 
         return WebrtcVadModel()
@@ -122,7 +98,7 @@ class App:
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
-        self.keys = load_keys(config.api_keys, config.api_keys_file)
+        self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
         self.state = "starting"
         self.server: Server | None = None
@@ -132,31 +108,40 @@ class App:
 
     # ---- lifecycle ----------------------------------------------------------------
 
-    async def serve(
-        self, listeners: Listeners, on_listening: Callable[[int], None] | None = None
-    ) -> None:
-        """Listen at once (health answers while loading), load, serve until shutdown."""
+    async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
+        """Listen at once (health answers while loading), load, serve until shutdown.
+
+        Binding comes first, before any model work, so a taken port fails at once with
+        an OSError (every address the host resolves to is bound, as asyncio does).
+        """
+        limits = self.config.limits
         async with contextlib.AsyncExitStack() as stack:
-            stack.callback(listeners.close)
-            server = await stack.enter_async_context(
+            server = await _bound(
+                stack,
+                self.config.listen.host,
+                self.config.listen.port,
                 serve(
                     self._handle,
-                    sock=listeners.main,
+                    self.config.listen.host,
+                    self.config.listen.port,
                     process_request=self._process_request,
                     compression=None,  # PCM does not deflate; compression would only cost CPU
                     # A hard cap for the library; our own limits answer with an error event.
-                    max_size=4 * max(self.config.max_frame_bytes, self.config.max_text_bytes),
+                    max_size=4
+                    * max(self.config.limits.max_frame_bytes, self.config.limits.max_text_bytes),
                     ssl=self._ssl_context(),
-                    write_limit=self.config.send_buffer_bytes or 32 * 1024,
-                )
+                    write_limit=limits.send_buffer_bytes or 32 * 1024,
+                    open_timeout=OPEN_TIMEOUT_S,
+                ),
             )
-            if listeners.ops is not None:
-                await stack.enter_async_context(self._ops_listener(listeners.ops))
-                log.info(
-                    "operational endpoints on %s:%d", self.config.host, bound_port(listeners.ops)
+            if self.config.listen.metrics_port is not None:
+                ops_host = self.config.listen.metrics_host or self.config.listen.host
+                ops = await _bound(
+                    stack, ops_host, self.config.listen.metrics_port, self._ops_listener(ops_host)
                 )
+                log.info("operational endpoints on %s:%d", ops_host, _port_of(ops))
             self.server = server
-            port = bound_port(listeners.main)
+            port = _port_of(server)
             log.info(
                 "listening on port %d, page at %s; loading the model (/readyz: 503 until ready)",
                 port,
@@ -166,20 +151,44 @@ class App:
                 on_listening(port)
             await self._run_until_stopped()
 
-    def _ops_listener(self, sock: socket.socket) -> Server:
+    def _ops_listener(self, host: str) -> Server:
         """/metrics, /stats and health on their own address, e.g. a private interface."""
-        return serve(_refuse, sock=sock, process_request=self._process_ops_request)
+        return serve(
+            _refuse,
+            host,
+            self.config.listen.metrics_port or 0,
+            process_request=self._process_ops_request,
+            open_timeout=OPEN_TIMEOUT_S,
+        )
 
     async def _run_until_stopped(self) -> None:
         lag = asyncio.create_task(self._watch_loop_lag())
         try:
-            await self._load()
-            await self._stop.wait()
-            await self._drain()
+            if await self._load_unless_stopped():
+                await self._stop.wait()
+                await self._drain()
         finally:
             lag.cancel()
+            self._ready.set()  # a failed or abandoned load must not hold long polls
             if self.engine is not None:
                 await self.engine.close(timeout=self.config.shutdown_timeout_s)
+
+    async def _load_unless_stopped(self) -> bool:
+        """Load, but give up at SIGTERM: a first start can spend a minute building a model."""
+        load = asyncio.create_task(self._load(), name="load")
+        stop = asyncio.create_task(self._stop.wait(), name="stop-during-load")
+        try:
+            await asyncio.wait([load, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if load.done():
+            load.result()  # a load error ends start-up here, as before
+            return True
+        log.info("shutdown requested while loading: giving up the load")
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+        self.state = "stopped"
+        return False
 
     def request_shutdown(self) -> None:
         """SIGTERM/SIGINT: stop taking sessions, finish the ones in flight, then exit."""
@@ -191,21 +200,23 @@ class App:
 
     async def _load(self) -> None:
         started = time.perf_counter()
-        model = await asyncio.to_thread(choose_model, self.config, self.environ)
+        model = await choose_model(self.config.engine, self.environ)
         parts = await asyncio.to_thread(
-            build_engine_parts, engine_config(self.config, model, self.environ)
+            build_engine_parts, self.config.engine_config(model, tuning_folder(self.environ))
         )
         report = parts.report
         self.vad = await asyncio.to_thread(make_vad, self.config)
         self.engine = AsyncEngine(
             parts.recognizers,
             parts.scheduler,
-            EngineMetrics(self.registry),
             parts.device_names,
+            EngineMetrics(self.registry),
             feature_threads=report.feature_threads,
         )
         self.engine.start()
         self.report = report
+        # CUDA_VISIBLE_DEVICES renumbers GPUs: NVML readings follow the engine's by UUID.
+        self.monitor.follow(cuda_uuids(self._gpu_indices()))
         self.metrics.cold_start.set(time.perf_counter() - started)
         if self.state == "starting":
             self.state = "ready"
@@ -240,10 +251,10 @@ class App:
             self.metrics.loop_lag.observe(max(0.0, loop.time() - expected))
 
     def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.config.certfile is None or self.config.keyfile is None:
+        if self.config.listen.certfile is None or self.config.listen.keyfile is None:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.config.certfile, self.config.keyfile)
+        context.load_cert_chain(self.config.listen.certfile, self.config.listen.keyfile)
         return context
 
     # ---- HTTP ---------------------------------------------------------------------
@@ -254,7 +265,9 @@ class App:
         path = request.path.split("?", 1)[0]
         if path == "/ws":
             return self._admit_websocket(request)
-        if path in OPS_PATHS and self.config.metrics_port is None:
+        # Health stays on the serving port (load balancers probe the port they route to);
+        # a separate metrics port takes only /metrics and /stats away from it.
+        if path in HEALTH_PATHS or (path in OPS_PATHS and self.config.listen.metrics_port is None):
             return await self._ops_route(path, request)
         return static_file(path)
 
@@ -268,7 +281,7 @@ class App:
         return text_response(404, "not found\n")
 
     def _admit_websocket(self, request: Request) -> Response | None:
-        if not origin_allowed(request, self.config.origins):
+        if not origin_allowed(request, self.config.listen.origins):
             return text_response(403, "origin not allowed\n")
         if self.keys and not key_matches(presented_token(request), self.keys):
             self.metrics.protocol_error("unauthorized")
@@ -278,7 +291,9 @@ class App:
         return None
 
     async def _ops_route(self, path: str, request: Request) -> Response:
-        guarded = path in ("/metrics", "/stats") and self.config.protect_metrics and self.keys
+        guarded = (
+            path in ("/metrics", "/stats") and self.config.listen.protect_metrics and self.keys
+        )
         if guarded and not key_matches(presented_token(request), self.keys):
             return response(
                 401, b"API key required\n", "text/plain", {"WWW-Authenticate": "Bearer"}
@@ -359,6 +374,9 @@ class App:
     # ---- WebSocket ----------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
+        if self.state == "draining":  # admitted just before the drain took its list
+            await ws.close(1001, "server is shutting down")
+            return
         if self.engine is None or self.vad is None or self.report is None:
             await ws.close(1013, "not ready")
             return
@@ -368,8 +386,8 @@ class App:
             await ws.send(dump_event(ErrorEvent(refusal.code, refusal.message)))
             await ws.close(refusal.close_code, "try again later")
             return
-        if self.config.send_buffer_bytes is not None:
-            _limit_send_buffer(ws, self.config.send_buffer_bytes)
+        if self.config.limits.send_buffer_bytes is not None:
+            _limit_send_buffer(ws, self.config.limits.send_buffer_bytes)
         session_id = uuid.uuid4().hex[:12]
         session = Session(session_id, session_config(self.config, self.report), self.vad)
         conn = Connection(
@@ -377,8 +395,8 @@ class App:
             session,
             self.engine,
             self.metrics,
-            max_pending_events=self.config.max_pending_events,
-            idle_timeout_s=self.config.idle_timeout_s,
+            max_pending_events=self.config.limits.max_pending_events,
+            idle_timeout_s=self.config.limits.idle_timeout_s,
         )
         self.sessions[session_id] = conn
         self._per_ip[_peer(ws)] = self._per_ip.get(_peer(ws), 0) + 1
@@ -394,17 +412,42 @@ class App:
             self.metrics.sessions.set(len(self.sessions))
 
     def _over_capacity(self, ws: ServerConnection) -> ServerFullError | None:
-        if len(self.sessions) >= self.config.max_sessions:
-            return ServerFullError(f"server is at its limit of {self.config.max_sessions} sessions")
-        if self._per_ip.get(_peer(ws), 0) >= self.config.max_sessions_per_ip:
-            limit = self.config.max_sessions_per_ip
+        if len(self.sessions) >= self.config.limits.max_sessions:
+            return ServerFullError(
+                f"server is at its limit of {self.config.limits.max_sessions} sessions"
+            )
+        if self._per_ip.get(_peer(ws), 0) >= self.config.limits.max_sessions_per_ip:
+            limit = self.config.limits.max_sessions_per_ip
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
 
 
-#: The longest /readyz long poll: the websockets library closes any request whose answer
-#: takes longer than its 10 s opening timeout, which also guards against slow clients.
+#: The longest /readyz long poll. The library aborts any request whose answer takes longer
+#: than its opening timeout (which also guards against slow clients), so the two are set
+#: together: the cap plus time for the request itself to arrive.
 READY_WAIT_CAP_S = 8.0
+OPEN_TIMEOUT_S = READY_WAIT_CAP_S + 4.0
+
+
+async def _bound(
+    stack: contextlib.AsyncExitStack[bool | None],
+    host: str,
+    port: int,
+    server: contextlib.AbstractAsyncContextManager[Server],
+) -> Server:
+    """Enter a listener, turning a bind failure into the one-line `ListenError`."""
+    try:
+        bound: Server = await stack.enter_async_context(server)
+    except OSError as exc:
+        # asyncio's message ends in the reason, e.g. "...: address already in use".
+        reason = str(exc.strerror or exc).rsplit(": ", 1)[-1]
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from exc
+    return bound
+
+
+def _port_of(server: Server) -> int:
+    port: int = next(iter(server.sockets)).getsockname()[1]
+    return port
 
 
 def readiness_wait(path: str, cap_s: float = READY_WAIT_CAP_S) -> float:

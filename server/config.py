@@ -1,7 +1,11 @@
-"""Server configuration: one frozen dataclass built from CLI, environment and a TOML file.
+"""Server configuration: one nested, frozen config built from CLI, environment and TOML.
 
-Precedence: command line, then `SENSESTREAM_*` environment variables, then `--config`
-TOML, then defaults. Nothing reads the environment outside `load_config`.
+Four leaves (listen, limits, session, engine) hold every option; the command-line flags,
+the `SENSESTREAM_*` variables and the TOML keys are all derived from the leaves' field
+names, which are unique. Precedence: command line, then environment, then the `--config`
+TOML file, then defaults. Each leaf validates its own fields once, mostly by building the
+streaming or engine config that owns the rule. Nothing reads the environment outside
+`load_config`.
 """
 
 from __future__ import annotations
@@ -11,58 +15,61 @@ import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.budget import parse_size
-from engine.devices import parse_devices
+from engine.builder import EngineConfig
+from engine.loader import BackendOptions
 from engine.model_dir import DEFAULT_MODEL_ID
+from streaming.limits import SessionLimits
+from streaming.partials import PartialPolicy
+from streaming.segmenter import SegmenterConfig
+from streaming.session import SessionConfig
+from streaming.vad_types import VadConfig
 
 ENV_PREFIX = "SENSESTREAM_"
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """Every server setting, with production defaults."""
+class ListenConfig:
+    """Where and how the server listens, and who may connect."""
 
-    model: str = DEFAULT_MODEL_ID
     host: str = "127.0.0.1"
     port: int = 8765
-    backend: str = "onnx"
-    precision: str = "auto"
-    device: str = "cpu"  # or several GPUs: cuda:0,cuda:1
-    threads: int | None = None
-    max_batch: str = "auto"
-    max_wait_ms: float = 20.0
-    memory_budget: str | None = None  # per device
-    budget_fraction: float = 0.8  # of each GPU's free memory, when memory_budget is unset
-    tensorrt: bool = False
-    vad: str = "fsmn"
-    end_silence_ms: int = 500
-    max_segment_ms: int = 15_000
-    min_speech_ms: int = 250
-    preroll_ms: int = 100
-    partial_interval_ms: int = 400
-    adaptive_partials: bool = True
-    max_partial_interval_ms: int = 2000
-    # Partials re-decode only the last this-much audio (plus 500 ms of context); the text
-    # before it is settled. 0 re-decodes the whole utterance every time.
-    partial_hold_ms: int = 2000
-    early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
-    shutdown_timeout_s: float = 30.0
-    # With no real model at hand (and only for the default id), serve a random-weight test
-    # model built once into test_model_cache (default ~/.cache/sensestream/models/test-SIZE).
-    fallback_test_model: bool = True
-    test_model_cache: str | None = None
-    test_model_size: str = "full"
-    # CPU start-ups reuse the batch size and cost scale measured by an earlier start on
-    # this host with the same model and settings (kept under the cache folder).
-    reuse_tuning: bool = True
     certfile: str | None = None
     keyfile: str | None = None
-    log_level: str = "info"
-    # Limits
+    # A separate plain-HTTP listener for /metrics and /stats, e.g. on a private interface.
+    metrics_port: int | None = None
+    metrics_host: str | None = None  # default: host
+    api_keys: str | None = None
+    api_keys_file: str | None = None
+    allowed_origins: str | None = None
+    protect_metrics: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port must be within 0..65535")
+        if self.protect_metrics and not (self.api_keys or self.api_keys_file):
+            raise ValueError(
+                "protect_metrics needs api_keys or api_keys_file: with no keys, "
+                "/metrics and /stats would stay open"
+            )
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise ValueError("metrics_host needs metrics_port")
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("TLS needs both certfile and keyfile")
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        return tuple(o.strip() for o in (self.allowed_origins or "").split(",") if o.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """What one client, one address and the whole server may take."""
+
     max_sessions: int = 256
     max_sessions_per_ip: int = 32
     max_frame_bytes: int = 256 * 1024
@@ -75,52 +82,177 @@ class ServerConfig:
     # Per-connection send buffering (kernel SO_SNDBUF and the library's write buffer):
     # None keeps the kernel's autotuning; a small value bounds what a slow reader can hold.
     send_buffer_bytes: int | None = None
-    # Access
-    api_keys: str | None = None
-    api_keys_file: str | None = None
-    allowed_origins: str | None = None
-    protect_metrics: bool = False
-    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be within 0..65535")
-        if self.test_model_size not in ("tiny", "full"):
-            raise ValueError("test_model_size must be tiny or full")
-        if self.vad not in ("fsmn", "webrtc"):
-            raise ValueError("vad must be fsmn or webrtc")
-        if self.max_batch != "auto" and not self.max_batch.isdigit():
-            raise ValueError("max_batch must be 'auto' or a positive integer")
-        if self.memory_budget is not None:
-            parse_size(self.memory_budget)
-        if not 0 < self.budget_fraction <= 1:
-            raise ValueError("budget_fraction must be within (0, 1]")
-        parse_devices(self.device)
+        self.session_limits()  # the per-session rules live in streaming.limits
+        if self.max_sessions < 1 or self.max_sessions_per_ip < 1 or self.max_pending_events < 1:
+            raise ValueError("max_sessions, max_sessions_per_ip and max_pending_events >= 1")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 1024:
             raise ValueError("send_buffer_bytes must be at least 1024")
-        if self.early_final_ms < 0:
-            raise ValueError("early_final_ms must be >= 0")
-        if self.partial_hold_ms < 0:
-            raise ValueError("partial_hold_ms must be >= 0")
-        if not 100 <= self.partial_interval_ms <= self.max_partial_interval_ms:
-            raise ValueError("partial_interval_ms must be within 100..max_partial_interval_ms")
-        if (self.certfile is None) != (self.keyfile is None):
-            raise ValueError("TLS needs both certfile and keyfile")
 
-    @property
-    def origins(self) -> tuple[str, ...]:
-        return tuple(o.strip() for o in (self.allowed_origins or "").split(",") if o.strip())
-
-    @property
-    def max_batch_value(self) -> int | None:
-        return None if self.max_batch == "auto" else int(self.max_batch)
-
-    @property
-    def memory_budget_bytes(self) -> int | None:
-        return None if self.memory_budget is None else parse_size(self.memory_budget)
+    def session_limits(self) -> SessionLimits:
+        return SessionLimits(
+            max_frame_bytes=self.max_frame_bytes,
+            max_text_bytes=self.max_text_bytes,
+            max_rate=self.max_rate,
+            max_replay_rate=self.max_replay_rate,
+            max_session_s=self.max_session_s,
+            idle_timeout_s=self.idle_timeout_s,
+        )
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(ServerConfig)}
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """How every session segments speech and when it asks for partials and finals."""
+
+    vad: str = "fsmn"
+    end_silence_ms: int = 500
+    max_segment_ms: int = 15_000
+    min_speech_ms: int = 250
+    preroll_ms: int = 100
+    partial_interval_ms: int = 400
+    adaptive_partials: bool = True
+    max_partial_interval_ms: int = 2000
+    # Partials re-decode only the last this-much audio (plus 500 ms of context); the text
+    # before it is settled. 0 re-decodes the whole utterance every time.
+    partial_hold_ms: int = 2000
+    early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
+
+    def __post_init__(self) -> None:
+        if self.vad not in ("fsmn", "webrtc"):
+            raise ValueError("vad must be fsmn or webrtc")
+        self.streaming(SessionLimits())  # the rules live in the streaming configs
+
+    def streaming(
+        self, limits: SessionLimits, model_name: str = "", test_model: bool = False
+    ) -> SessionConfig:
+        """The session core's config for these settings."""
+        return SessionConfig(
+            vad=VadConfig(end_silence_ms=self.end_silence_ms),
+            segmenter=SegmenterConfig(
+                max_segment_ms=self.max_segment_ms,
+                min_speech_ms=self.min_speech_ms,
+                preroll_ms=self.preroll_ms,
+            ),
+            partials=PartialPolicy(
+                interval_ms=self.partial_interval_ms,
+                adaptive=self.adaptive_partials,
+                max_interval_ms=self.max_partial_interval_ms,
+                hold_ms=self.partial_hold_ms,
+            ),
+            limits=limits,
+            model_name=model_name,
+            test_model=test_model,
+            early_final_ms=self.early_final_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Which model runs where, how batches form, and the test-model stand-in."""
+
+    model: str = DEFAULT_MODEL_ID
+    backend: str = "onnx"
+    precision: str = "auto"
+    device: str = "cpu"  # or several GPUs: cuda:0,cuda:1
+    threads: int | None = None
+    max_batch: str = "auto"
+    max_wait_ms: float = 20.0
+    memory_budget: str | None = None  # per device
+    budget_fraction: float = 0.8  # of each GPU's free memory, when memory_budget is unset
+    tensorrt: bool = False
+    # With no real model at hand (and only for the default id), serve a random-weight test
+    # model built once into test_model_cache (default ~/.cache/sensestream/models/test-SIZE).
+    fallback_test_model: bool = True
+    test_model_cache: str | None = None
+    test_model_size: str = "full"
+    # CPU start-ups reuse the batch size and cost scale measured by an earlier start on
+    # this host with the same model and settings (kept under the cache folder).
+    reuse_tuning: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_batch != "auto" and not self.max_batch.isdigit():
+            raise ValueError("max_batch must be 'auto' or a positive integer")
+        if self.test_model_size not in ("tiny", "full"):
+            raise ValueError("test_model_size must be tiny or full")
+        self.engine_config(self.model)  # the rules live in engine.builder and engine.budget
+
+    def engine_config(
+        self, model: str, max_segment_ms: int = 15_000, tuning_cache: Path | None = None
+    ) -> EngineConfig:
+        """The engine builder's config for `model`."""
+        return EngineConfig(
+            model=model,
+            backend=BackendOptions(
+                backend=self.backend,
+                precision=self.precision,
+                device=self.device,
+                threads=self.threads,
+                tensorrt=self.tensorrt,
+            ),
+            max_batch=None if self.max_batch == "auto" else int(self.max_batch),
+            max_wait_ms=self.max_wait_ms,
+            memory_budget=None if self.memory_budget is None else parse_size(self.memory_budget),
+            budget_fraction=self.budget_fraction,
+            max_segment_ms=max_segment_ms,
+            tuning_cache=tuning_cache if self.reuse_tuning else None,
+        )
+
+
+LEAVES: Mapping[str, type] = {
+    "listen": ListenConfig,
+    "limits": LimitsConfig,
+    "session": SessionSettings,
+    "engine": EngineSettings,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Every server setting, with production defaults."""
+
+    listen: ListenConfig = field(default_factory=ListenConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    session: SessionSettings = field(default_factory=SessionSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    shutdown_timeout_s: float = 30.0
+    log_level: str = "info"
+
+    @classmethod
+    def from_options(cls, **options: Any) -> ServerConfig:
+        """Build from flat option names (`port=0`, `max_batch="1"`), as flags name them."""
+        owners = option_owners()
+        unknown = sorted(set(options) - set(owners))
+        if unknown:
+            raise ValueError(f"unknown option(s): {', '.join(unknown)}")
+        grouped: dict[str, dict[str, Any]] = {name: {} for name in LEAVES}
+        top: dict[str, Any] = {}
+        for name, value in options.items():
+            owner = owners[name]
+            (top if owner is None else grouped[owner])[name] = value
+        leaves = {name: LEAVES[name](**values) for name, values in grouped.items()}
+        return cls(**leaves, **top)
+
+    def engine_config(self, model: str, tuning_cache: Path | None) -> EngineConfig:
+        return self.engine.engine_config(model, self.session.max_segment_ms, tuning_cache)
+
+
+def option_owners() -> dict[str, str | None]:
+    """Every option's name and the leaf that holds it (None: the top level)."""
+    owners: dict[str, str | None] = {}
+    for leaf, kind in LEAVES.items():
+        for f in dataclasses.fields(kind):
+            owners[f.name] = leaf
+    for f in dataclasses.fields(ServerConfig):
+        if f.name not in LEAVES:
+            owners[f.name] = None
+    return owners
+
+
+def option_fields() -> dict[str, dataclasses.Field[Any]]:
+    """Every option's dataclass field, by its name."""
+    kinds = [*LEAVES.values(), ServerConfig]
+    return {f.name: f for kind in kinds for f in dataclasses.fields(kind) if f.name not in LEAVES}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,59 +260,75 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m server", description="SenseStream real-time speech recognition server"
     )
     parser.add_argument("--config", type=Path, help="TOML file with any of the options below")
-    for name, f in FIELDS.items():
+    for name, f in option_fields().items():
         flag = "--" + name.replace("_", "-")
         if f.type in ("bool", bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
         else:
-            parser.add_argument(flag, default=None, help=f"default: {f.default}")
+            parser.add_argument(flag, default=None, help=f"default: {_default(f)}")
     return parser
 
 
 def load_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ServerConfig:
     """Merge file, environment and command line into one validated config."""
     args = build_parser().parse_args(argv)
+    fields = option_fields()
     values: dict[str, Any] = {}
     config_file = args.config or environ.get(ENV_PREFIX + "CONFIG")
     if config_file:
-        values.update(_from_toml(Path(config_file)))
-    for name in FIELDS:
+        values.update(_from_toml(Path(config_file), set(fields)))
+    for name in fields:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
             values[name] = raw
-    for name in FIELDS:
+    for name in fields:
         cli = getattr(args, name)
         if cli is not None:
             values[name] = cli
-    return ServerConfig(**{k: _coerce(k, v) for k, v in values.items()})
+    return ServerConfig.from_options(**{k: _coerce(fields[k], v) for k, v in values.items()})
 
 
-def _from_toml(path: Path) -> dict[str, Any]:
+def _from_toml(path: Path, known: set[str]) -> dict[str, Any]:
+    """Flat keys, or keys inside `[listen]`, `[limits]`, `[session]`, `[engine]` tables
+    (all optionally under `[server]`)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"cannot read config file {path}: {exc}") from exc
     table = data.get("server", data)
-    unknown = sorted(set(table) - set(FIELDS))
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in LEAVES and isinstance(value, dict):
+            flat.update({k.replace("-", "_"): v for k, v in value.items()})
+        else:
+            flat[key.replace("-", "_")] = value
+    unknown = sorted(set(flat) - known)
     if unknown:
         raise ValueError(f"unknown option(s) in {path}: {', '.join(unknown)}")
-    return {k.replace("-", "_"): v for k, v in table.items()}
+    return flat
 
 
-def _coerce(name: str, value: Any) -> Any:
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else None
+
+
+def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
     """Strings from the CLI or environment to the field's type."""
-    kind = str(FIELDS[name].type)
+    kind = str(f.type)
     if not isinstance(value, str):
         return str(value) if kind.startswith("str") and not isinstance(value, bool) else value
     if kind.startswith("bool"):
         lowered = value.lower()
         if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-            raise ValueError(f"{name} must be true or false; got {value!r}")
+            raise ValueError(f"{f.name} must be true or false; got {value!r}")
         return lowered in ("1", "true", "yes", "on")
-    if kind.startswith("int"):
-        return int(value)
-    if kind.startswith("float"):
-        return float(value)
+    try:
+        if kind.startswith("int"):
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+    except ValueError as exc:
+        raise ValueError(f"{f.name} must be a number; got {value!r}") from exc
     return value
 
 

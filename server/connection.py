@@ -7,8 +7,9 @@ frames in, the results task feeds engine answers in, and the writer sends events
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 from websockets.asyncio.server import ServerConnection
@@ -20,6 +21,7 @@ from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
 from streaming.errors import (
     CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
     ProtocolError,
@@ -30,9 +32,10 @@ from streaming.session import Session
 
 log = logging.getLogger("sensestream.connection")
 
-#: How long a client that stopped reading gets to take its error and close frames before
-#: the connection is dropped: otherwise both ends could wait on each other's full buffers.
-SLOW_CLIENT_GRACE_S = 5.0
+#: How long a dropped client gets to take its error and close frames before the socket is
+#: aborted: a client that stopped reading could otherwise hold both ends' buffers forever.
+DROP_GRACE_S = 5.0
+INTERNAL_ERROR = "internal_error"
 
 
 class ConnectionStats(Protocol):
@@ -64,34 +67,37 @@ class Connection:
         self._idle_timeout_s = idle_timeout_s
         self._going_away = False
         self._done = asyncio.Event()
-        self._dropping: asyncio.Task[None] | None = None  # set once the client is too slow
+        self._tasks: list[asyncio.Task[None]] = []
+        # Set once the session is dropped (a client too slow to read, or a fault of ours).
+        self._dropping: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects; always clean up."""
-        tasks = [
-            asyncio.create_task(self._read(), name="read"),
-            asyncio.create_task(self._results(), name="results"),
-            asyncio.create_task(self._write(), name="write"),
-        ]
-        self._pump()  # a session may already owe a `ready`
+        read = asyncio.create_task(self._read(), name="read")
+        write = asyncio.create_task(self._write(), name="write")
+        self._tasks = [read, asyncio.create_task(self._results(), name="results"), write]
+        self._step(lambda: None)  # a session may already owe a `ready`
         try:
             # The writer ends after `end`; the reader ends early if the client goes away.
-            await asyncio.wait([tasks[0], tasks[2]], return_when=asyncio.FIRST_COMPLETED)
-            if not tasks[2].done() and not self._client_gone(tasks[0]):
-                await tasks[2]
+            await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
+            if not write.done() and not self._client_gone(read) and self._dropping is None:
+                await asyncio.wait([write])  # a drop may cancel it: wait, never raise
+            if self._dropping is not None:
+                await self._dropping
         finally:
-            for task in tasks:
+            for task in self._tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            # Cancelled tasks keep their CancelledError, whose traceback holds frames that
+            # hold this connection: drop them, or every session lingers until a full GC.
+            self._tasks.clear()
             self.engine.cancel(self.session.session_id)
             self._done.set()
 
     async def drain(self) -> None:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
         self._going_away = True
-        with contextlib.suppress(ProtocolError):
-            self.session.end_of_stream(self._loop.time())
-        self._pump()
+        self._step(lambda: self.session.end_of_stream(self._loop.time()))
         await self._done.wait()
 
     def _client_gone(self, reader: asyncio.Task[None]) -> bool:
@@ -100,39 +106,70 @@ class Connection:
     async def _read(self) -> None:
         while True:
             # Idle clients are timed out; once stopped, the client only waits for finals.
-            timeout = None if self.session.stopped else self._idle_timeout_s
+            idle = self.session.stopped or self._dropping is not None
+            timeout = None if idle else self._idle_timeout_s
             try:
                 message = await asyncio.wait_for(self.ws.recv(), timeout)
             except TimeoutError:
-                self._fail(SessionLimitError(f"no audio for {timeout:.0f} s"))
+                self._step(partial(self._fail, SessionLimitError(f"no audio for {timeout:.0f} s")))
                 return
             except ConnectionClosed:
                 return
-            if self._going_away:
-                continue  # the server decided to stop: later audio is dropped, not an error
+            if self._going_away or self._dropping is not None:
+                # Dropped unread and undecoded: a client blocked sending must still get to
+                # read its error and close, so the socket keeps draining until it closes.
+                continue
             now = self._loop.time()
+            if isinstance(message, bytes):
+                ok = self._step(partial(self.session.receive_audio, message, now))
+            else:
+                ok = self._step(partial(self.session.receive_text, message, now))
+            if not ok and self._dropping is None:
+                return  # a client error: the session sends what it owes, then closes
+
+    async def _results(self) -> None:
+        while True:
+            result: InferenceResult = await self._channel.get()
+            self._step(partial(self.session.receive_result, result, self._loop.time()))
+
+    def _step(self, feed: Callable[[], object]) -> bool:
+        """Run one step of the session core, then pump: the one boundary for its failures.
+
+        A client's bad input (`ProtocolError`) gets its error event, owed finals and close
+        code from the session itself. Anything else is a fault of ours: that session alone
+        ends with `internal_error` and 1011. Returns whether the client should still be read.
+        """
+        try:
             try:
-                if isinstance(message, bytes):
-                    self.session.receive_audio(message, now)
-                else:
-                    self.session.receive_text(message, now)
+                feed()
             except ProtocolError as exc:
                 self._fail(exc)
-                return
+                self._pump()
+                return False
             self._pump()
+        except Exception as exc:  # noqa: BLE001 - the session boundary: any fault ends it alone
+            self._crash(exc)
+            return False
+        return True
 
     def _fail(self, exc: ProtocolError) -> None:
         """Report a client error; the session still delivers the finals it owes."""
         self._stats.protocol_error(exc.code)
         log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
         self.session.abort(exc, self._loop.time())
-        self._pump()
 
-    async def _results(self) -> None:
-        while True:
-            result: InferenceResult = await self._channel.get()
-            self.session.receive_result(result, self._loop.time())
-            self._pump()
+    def _crash(self, exc: Exception) -> None:
+        log.error(
+            "session %s: internal error, session ended: %s: %s",
+            self.session.session_id,
+            type(exc).__name__,
+            exc,
+        )
+        log.debug("session %s: internal error", self.session.session_id, exc_info=exc)
+        self._stats.protocol_error(INTERNAL_ERROR)
+        self._start_drop(
+            INTERNAL_ERROR, "internal server error: this session has ended", CLOSE_INTERNAL_ERROR
+        )
 
     async def _write(self) -> None:
         try:
@@ -161,18 +198,28 @@ class Connection:
                 self._outbox.put(event)
         except OutboxOverflowError as exc:
             self._stats.protocol_error(exc.code)
-            self._close_slow_client(str(exc))
+            log.warning("session %s: %s", self.session.session_id, exc)
+            self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
 
-    def _close_slow_client(self, message: str) -> None:
-        log.warning("session %s: %s", self.session.session_id, message)
+    def _start_drop(self, code: str, message: str, close_code: int) -> None:
+        """Stop reading, decoding and queueing for this session at once, then close it."""
+        if self._dropping is not None:
+            return
         self.engine.cancel(self.session.session_id)
-        self._dropping = self._loop.create_task(self._drop(message), name="drop")
+        _reader, results, write = self._tasks
+        current = asyncio.current_task()
+        for task in (results, write):  # the reader stays, discarding (see _read)
+            if task is not current:
+                task.cancel()
+        self._dropping = self._loop.create_task(
+            self._drop(ErrorEvent(code, message), close_code), name="drop"
+        )
 
-    async def _drop(self, message: str) -> None:
-        """Say why and close 1008 if the client takes it in time; else abort the socket."""
+    async def _drop(self, event: ErrorEvent, close_code: int) -> None:
+        """Say why and close if the client takes it in time; else abort the socket."""
         try:
-            async with asyncio.timeout(SLOW_CLIENT_GRACE_S):
-                await self.ws.send(dump_event(ErrorEvent("slow_client", message)))
-                await self.ws.close(CLOSE_POLICY_VIOLATION, "slow client")
+            async with asyncio.timeout(DROP_GRACE_S):
+                await self.ws.send(dump_event(event))
+                await self.ws.close(close_code, event.code)
         except (TimeoutError, ConnectionClosed):
             self.ws.transport.abort()

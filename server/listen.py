@@ -1,61 +1,28 @@
-"""The listening sockets, bound before the model loads, and the addresses to announce."""
+"""Where the server listens, as people and clients should be told it."""
 
 from __future__ import annotations
-
-import socket
-from dataclasses import dataclass
 
 from server.config import ServerConfig
 
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
-@dataclass(frozen=True)
-class Listeners:
-    """The WebSocket/HTTP socket and, when configured, the operational one."""
-
-    main: socket.socket
-    ops: socket.socket | None = None
-
-    def close(self) -> None:
-        for sock in (self.main, self.ops):
-            if sock is not None:
-                sock.close()
+class ListenError(Exception):
+    """The port cannot be bound (taken, or no permission): a one-line start-up error."""
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on the first address `host` resolves to (OSError if taken)."""
-    family, _, _, _, address = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    try:
-        return socket.create_server(address, family=family, backlog=1024)
-    except OSError as exc:
-        raise OSError(exc.errno, f"{host}:{port}: {exc.strerror}") from exc
+def reachable_host(config: ServerConfig) -> str:
+    """A host a person on this machine can dial (a wildcard host is not an address)."""
+    host = "127.0.0.1" if config.listen.host in WILDCARDS else config.listen.host
+    return f"[{host}]" if ":" in host else host
 
 
-def bind_listeners(config: ServerConfig) -> Listeners:
-    """Bind the main port and, if asked, the metrics port (closing the first on failure)."""
-    main = bind(config.host, config.port)
-    if config.metrics_port is None:
-        return Listeners(main)
-    try:
-        ops = bind(config.host, config.metrics_port)
-    except OSError:
-        main.close()
-        raise
-    return Listeners(main, ops)
-
-
-def bound_port(sock: socket.socket) -> int:
-    port: int = sock.getsockname()[1]
-    return port
+def ws_url(config: ServerConfig, port: int) -> str:
+    scheme = "wss" if config.listen.certfile else "ws"
+    return f"{scheme}://{reachable_host(config)}:{port}/ws"
 
 
 def page_url(config: ServerConfig, port: int) -> str:
-    """Where a person on this machine opens the web page (a wildcard host is not a URL)."""
-    host = "127.0.0.1" if config.host in WILDCARDS else config.host
-    if ":" in host:
-        host = f"[{host}]"
-    scheme = "https" if config.certfile else "http"
-    return f"{scheme}://{host}:{port}/"
+    """Where a person on this machine opens the web page."""
+    scheme = "https" if config.listen.certfile else "http"
+    return f"{scheme}://{reachable_host(config)}:{port}/"

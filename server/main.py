@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 from engine.errors import EngineError
 from server.app import App
+from server.auth import load_keys
 from server.config import ServerConfig, current_environ, load_config
-from server.listen import Listeners, bind_listeners, page_url
+from server.listen import ListenError, page_url, ws_url
 
 log = logging.getLogger("sensestream")
 
 
 async def run(
     config: ServerConfig,
-    listeners: Listeners,
     environ: Mapping[str, str],
     on_listening: Callable[[int], None] | None = None,
 ) -> None:
@@ -27,7 +27,7 @@ async def run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.request_shutdown)
-    await app.serve(listeners, on_listening)
+    await app.serve(on_listening)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,21 +37,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log_level)
     try:
-        # Bound before anything slow, so a taken port is a one-line error at once.
-        listeners = bind_listeners(config)
-    except OSError as exc:
-        print(f"error: cannot listen: {exc}", file=sys.stderr)
+        load_keys(config.listen.api_keys, config.listen.api_keys_file)  # the app loads them again
+    except (OSError, ValueError) as exc:
+        print(f"error: api keys: {exc}", file=sys.stderr)
         return 2
+    configure_logging(config.log_level)
 
     def announce(port: int) -> None:
-        scheme = "wss" if config.certfile else "ws"
-        print(f"SenseStream listening on {scheme}://{config.host}:{port}/ws", flush=True)
+        print(f"SenseStream listening on {ws_url(config, port)}", flush=True)
         print(f"SenseStream page: {page_url(config, port)}", flush=True)
 
     try:
-        _runner()(run(config, listeners, environ, announce))
+        _runner()(run(config, environ, announce))
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except EngineError as exc:
         log.error("cannot start: [%s] %s", exc.code, exc)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,30 @@ def build_test_model(out: Path, size: str = "tiny", seed: int = 0) -> Path:
         check=True,
     )
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep every test (and every server it starts) off this user's caches and the hub.
+
+    The tuning and test-model caches go to a temporary folder, and ModelScope points at a
+    closed local port, so a runner with a network never downloads the real model and
+    results never depend on what an earlier run left behind.
+    """
+    root = tmp_path_factory.mktemp("caches")
+    private = {
+        "XDG_CACHE_HOME": str(root / "xdg"),
+        "MODELSCOPE_CACHE": str(root / "modelscope"),
+        "MODELSCOPE_ENDPOINT": "http://127.0.0.1:9",
+    }
+    saved = {name: os.environ.get(name) for name in private}
+    os.environ.update(private)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.async_engine import AsyncEngine
+from engine.backend import Backend
 from engine.budget import Architecture, CostModel, MemoryBudget
+from engine.errors import BackendOutOfMemoryError
 from engine.loader import BackendOptions, create_backend
 from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
@@ -29,11 +32,11 @@ def recognizer(tiny_model_dir: Path) -> Recognizer:
 def make_engine(recognizer: Recognizer, max_batch: int = 8) -> AsyncEngine:
     scheduler = Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=10),
-        MemoryBudget(2 << 30),
+        [MemoryBudget(2 << 30)],
         CostModel(Architecture(hidden=64, heads=2, ffn=128)),
         recognizer.frontend.num_frames,
     )
-    return AsyncEngine(recognizer, scheduler)
+    return AsyncEngine([recognizer], scheduler, ["cpu"])
 
 
 def session_audio(clips: list[Clip], i: int) -> np.ndarray:
@@ -201,3 +204,47 @@ def test_bad_audio_in_a_batch_fails_only_that_request(recognizer: Recognizer) ->
     results = {r.request.utterance_id: r for r in asyncio.run(main())}
     assert results[0].error_code == "bad_audio"
     assert results[1].ok
+
+
+class RunsOutOfMemoryAboveTwo:
+    """The real backend on a device that holds at most two utterances at a time."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.sizes: list[int] = []
+
+    def run(self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]) -> list:
+        self.sizes.append(len(feats))
+        if len(feats) > 2:
+            raise BackendOutOfMemoryError(f"{len(feats)} utterances do not fit")
+        return self.inner.run(feats, options)
+
+
+def test_an_out_of_memory_batch_is_split_until_it_fits_and_every_request_answered(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    small_device = Recognizer(recognizer.model_dir, RunsOutOfMemoryAboveTwo(recognizer.backend))
+    audios = [session_audio(speech_clips, i) for i in range(8)]
+
+    async def main() -> list[InferenceResult]:
+        engine = make_engine(small_device, max_batch=8)
+        channels = [engine.open_session(f"s{i}") for i in range(len(audios))]
+        for i, audio in enumerate(audios):  # all queued before the engine takes a batch
+            engine.submit(
+                InferenceRequest(f"s{i}", 0, RequestKind.FINAL, audio, DecodeOptions(), now())
+            )
+        engine.start()
+        try:
+            return [await asyncio.wait_for(c.get(), 60) for c in channels]
+        finally:
+            await engine.close(timeout=10)
+
+    results = asyncio.run(main())
+    assert all(r.error_code is None for r in results), [r.error_message for r in results]
+    for audio, result in zip(audios, results, strict=True):
+        assert result.transcript is not None
+        assert result.transcript.text == direct(recognizer, audio, DecodeOptions())
+    sizes = small_device.backend.sizes  # type: ignore[attr-defined]
+    assert sizes[0] == 8 and max(sizes[1:]) <= 4 and 8 in sizes  # split, then split again
+    assert sum(s for s in sizes if s <= 2) == 8  # each request ran once, in a batch that fit

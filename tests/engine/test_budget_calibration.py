@@ -116,7 +116,7 @@ def test_the_fraction_is_a_config_value(tiny_model_dir: Path) -> None:
     _, seams = fake_gpus({"cuda:0": 10 * GIB})
     config = gpu_config(tiny_model_dir, "cuda:0", budget_fraction=0.5)
     parts = build_engine_parts(config, **seams)  # type: ignore[arg-type]
-    assert parts.scheduler.budget.total == 5 * GIB
+    assert parts.scheduler.budgets[0].total == 5 * GIB
     with pytest.raises(ValueError, match="budget_fraction"):
         replace(config, budget_fraction=1.5)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.builder import EngineConfig, build_engine, choose_max_batch
+from engine.builder import EngineConfig, build_engine_parts, choose_max_batch
 from engine.errors import EngineError
 from engine.loader import BackendOptions
 from engine.model_dir import load_model_dir
@@ -103,7 +103,8 @@ def test_build_engine_on_the_tiny_model(tiny_model_dir: Path) -> None:
         max_batch=None,
         autotune_candidates=(1, 2, 4),
     )
-    recognizer, scheduler, report = build_engine(config)
+    parts = build_engine_parts(config)
+    recognizer, scheduler, report = parts.recognizers[0], parts.scheduler, parts.report
     assert report.test_model
     assert report.backend == "onnx-fp32-cpu"
     assert report.max_batch in (1, 2, 4)
@@ -122,4 +123,4 @@ def test_too_small_budget_refuses_to_start(tiny_model_dir: Path) -> None:
         memory_budget=1 << 16,
     )
     with pytest.raises(EngineError, match="memory-budget"):
-        build_engine(config)
+        build_engine_parts(config)

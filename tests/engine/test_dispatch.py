@@ -27,10 +27,9 @@ def final(session: str, seconds: float, arrival: float = 0.0) -> InferenceReques
 def two_devices(first: int, second: int, max_batch: int = 4) -> Scheduler:
     return Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=10),
-        MemoryBudget(first),
+        [MemoryBudget(first), MemoryBudget(second)],
         CostModel(Architecture()),
         frames_of,
-        more_budgets=[MemoryBudget(second)],
     )
 
 
@@ -122,16 +121,16 @@ def test_start_up_check_uses_the_smallest_budget() -> None:
 def test_one_device_behaves_as_before() -> None:
     scheduler = Scheduler(
         SchedulerConfig(max_batch=4, max_wait_ms=10),
-        MemoryBudget(1 << 30),
+        [MemoryBudget(1 << 30)],
         CostModel(Architecture()),
         frames_of,
     )
-    assert scheduler.budgets == (scheduler.budget,)
+    assert len(scheduler.budgets) == 1
     scheduler.submit(final("a", 2.0), 0.0)
     batch = scheduler.next_batch(1.0)
     assert batch is not None and batch.device == 0
     scheduler.complete(batch)
-    assert scheduler.budget.in_use == 0
+    assert scheduler.budgets[0].in_use == 0
 
 
 def simulate_devices(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import shutil
 import socket
 import threading
@@ -82,42 +83,70 @@ def test_failed_download_names_the_cause() -> None:
         resolve_model("iic/SenseVoiceSmall", download=hub, reachable=lambda url, t: True)
 
 
-def test_probe_answers_for_a_listening_port_and_a_closed_one() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-        assert md.endpoint_reachable(f"http://127.0.0.1:{port}/", 2.0)
-    started = time.monotonic()
-    assert not md.endpoint_reachable(f"http://127.0.0.1:{port}/", 2.0)
-    assert time.monotonic() - started < 1.0
+class NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # the hub's answer for an unknown id still proves it is up
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
-def test_probe_keeps_its_deadline_when_the_connect_hangs(
+def test_probe_counts_any_http_answer_and_not_a_mute_or_closed_port() -> None:
+    with http.server.HTTPServer(("127.0.0.1", 0), NotFound) as hub:
+        threading.Thread(target=hub.serve_forever, daemon=True).start()
+        assert md.endpoint_reachable(f"http://127.0.0.1:{hub.server_port}/api/v1/models/x", 2.0)
+        hub.shutdown()
+    with socket.create_server(("127.0.0.1", 0)) as mute:  # accepts, never answers
+        started = time.monotonic()
+        assert not md.endpoint_reachable(f"http://127.0.0.1:{mute.getsockname()[1]}/", 1.0)
+        assert time.monotonic() - started < 2.0
+        closed = mute.getsockname()[1]
+    assert not md.endpoint_reachable(f"http://127.0.0.1:{closed}/", 1.0)
+
+
+def test_probe_keeps_its_deadline_when_the_request_hangs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     released = threading.Event()
 
-    def hanging_connect(address: object, timeout: float) -> socket.socket:
+    def hanging_open(url: str, timeout: float) -> object:
         released.wait(30)  # e.g. a resolver with no timeout of its own
         raise OSError("never")
 
-    monkeypatch.setattr(md.socket, "create_connection", hanging_connect)
+    monkeypatch.setattr(md.urllib.request, "urlopen", hanging_open)
     started = time.monotonic()
     assert not md.endpoint_reachable("https://hub.invalid/", 0.5)
     released.set()
     assert time.monotonic() - started < 2.0
 
 
-def test_real_offline_modelscope_fails_within_seconds_and_quietly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_probe_asks_the_endpoint_the_client_will_use(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The real client on this network-less machine: a cache miss, one probe, no retries.
+    asked: list[str] = []
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", "http://mirror.invalid:8080")
+
+    def reachable(url: str, timeout_s: float) -> bool:
+        asked.append(url)
+        return False
+
+    with pytest.raises(ModelNotFoundError, match=r"mirror\.invalid"):
+        resolve_model("iic/SenseVoiceSmall", download=RecordingHub(), reachable=reachable)
+    assert asked == ["http://mirror.invalid:8080/api/v1/models/iic/SenseVoiceSmall"]
+
+
+def test_real_offline_modelscope_fails_within_seconds_and_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The real client: a cache miss, one probe of a hub that does not answer, no retries.
+    # (modelscope logs its retries to stderr through its own handler, not to `caplog`.)
     monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms-cache"))
     started = time.monotonic()
     with pytest.raises(ModelNotFoundError, match="--model"):
         resolve_model("iic/SenseVoiceSmall")
     assert time.monotonic() - started < 5
     time.sleep(1.5)  # the client's first retry would be logged by now
-    assert not [r for r in caplog.records if "retry" in r.getMessage().lower()]
+    assert "retry" not in capfd.readouterr().err.lower()
 
 
 def test_cached_modelscope_id_resolves(tiny_model_dir: Path) -> None:

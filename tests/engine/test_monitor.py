@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from engine.monitor import Monitor, read_gpus, summed, torch_memory
+from engine.monitor import Monitor, cuda_to_nvml, cuda_uuids, read_gpus, summed, torch_memory
 
 
 class FakeNvml:
@@ -16,8 +16,8 @@ class FakeNvml:
 
     def __init__(self) -> None:
         self.devices = [
-            (b"NVIDIA H200", 10 << 30, 141 << 30, 37, 41),
-            ("NVIDIA H200", 20 << 30, 141 << 30, 99, 70),
+            (b"NVIDIA H200", 10 << 30, 141 << 30, 37, 41, b"GPU-aaaa-0000"),
+            ("NVIDIA H200", 20 << 30, 141 << 30, 99, 70, "GPU-bbbb-1111"),
         ]
 
     def nvmlDeviceGetCount(self) -> int:
@@ -38,6 +38,9 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         assert sensor == 0
         return int(handle[4])
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> Any:
+        return handle[5]
 
 
 def test_read_gpus_parses_every_device() -> None:
@@ -140,3 +143,25 @@ def test_torch_memory_per_engine_device_and_summed() -> None:
     assert summed(per_device) == {"allocated": 300, "reserved": 3000}
     assert torch_memory(None, FakeCuda()) == per_device[:1]  # the current device
     assert summed(None) is None
+
+
+def test_readings_follow_the_engines_gpu_under_cuda_visible_devices() -> None:
+    # CUDA_VISIBLE_DEVICES=1: the engine's cuda:0 is the host's second GPU (NVML index 1).
+    registry = CollectorRegistry()
+    monitor = Monitor(registry, FakeNvml())
+    monitor.follow({0: "bbbb-1111"})  # torch reports UUIDs without NVML's "GPU-" prefix
+    gpus = monitor.snapshot([0])["gpus"]
+    assert [(g["index"], g["nvml_index"]) for g in gpus] == [(0, 1)]
+    assert gpus[0]["memory_used"] == 20 << 30 and gpus[0]["utilization_pct"] == 99
+    text = generate_latest(registry).decode()
+    assert 'gpu_utilization_percent{gpu="0"} 99.0' in text
+    assert 'gpu="1"' not in text  # the GPU this process does not use is not read
+
+
+def test_cuda_ordinals_map_by_uuid_and_unknown_ones_keep_their_number() -> None:
+    nvml = FakeNvml()
+    assert cuda_to_nvml(nvml, {0: "GPU-BBBB-1111", 1: "GPU-aaaa-0000"}) == {0: 1, 1: 0}
+    assert cuda_to_nvml(nvml, {0: "", 1: "GPU-unknown"}) == {0: 0, 1: 1}
+    props = {0: SimpleNamespace(uuid="bbbb-1111"), 1: SimpleNamespace()}
+    cuda = SimpleNamespace(get_device_properties=props.__getitem__)
+    assert cuda_uuids([0, 1], cuda) == {0: "bbbb-1111", 1: ""}

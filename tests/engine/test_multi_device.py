@@ -48,13 +48,12 @@ def engine_over(
     budgets = [MemoryBudget(1 << 30) for _ in devices]
     scheduler = Scheduler(
         SchedulerConfig(max_batch=max_batch, max_wait_ms=5),
-        budgets[0],
+        budgets,
         CostModel(Architecture(hidden=64, heads=2, ffn=128)),
         recognizers[0].frontend.num_frames,
-        more_budgets=budgets[1:],
     )
     names = [f"cuda:{i}" for i in range(len(devices))]
-    return AsyncEngine(recognizers, scheduler, None, names, **kw)
+    return AsyncEngine(recognizers, scheduler, names, **kw)
 
 
 def now() -> float:
@@ -161,7 +160,7 @@ def test_per_device_series_are_labelled(tiny_model_dir: Path) -> None:
 def test_one_recognizer_per_budget_and_name(tiny_model_dir: Path) -> None:
     engine = engine_over(tiny_model_dir, [TimedDevice("a", 0.0), TimedDevice("b", 0.0)])
     with pytest.raises(ValueError, match="one recognizer"):
-        AsyncEngine([engine.recognizer], engine.scheduler, None, ["cuda:0", "cuda:1"])
+        AsyncEngine(engine.recognizers[:1], engine.scheduler, ["cuda:0", "cuda:1"])
 
 
 def test_parallel_features_give_the_same_transcripts(tiny_model_dir: Path) -> None:
@@ -173,11 +172,11 @@ def test_parallel_features_give_the_same_transcripts(tiny_model_dir: Path) -> No
     async def run(threads: int) -> list[str]:
         scheduler = Scheduler(
             SchedulerConfig(max_batch=6, max_wait_ms=50),
-            MemoryBudget(1 << 30),
+            [MemoryBudget(1 << 30)],
             CostModel(Architecture(hidden=64, heads=2, ffn=128)),
             recognizer.frontend.num_frames,
         )
-        engine = AsyncEngine(recognizer, scheduler, feature_threads=threads)
+        engine = AsyncEngine([recognizer], scheduler, ["cpu"], feature_threads=threads)
         engine.start()
         channels = [engine.open_session(f"s{i}") for i in range(len(audios))]
         for i, audio in enumerate(audios):

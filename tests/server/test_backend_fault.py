@@ -8,10 +8,10 @@ for batches holding a Japanese-language request. Batches hold one request
 from __future__ import annotations
 
 import asyncio
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +19,8 @@ import numpy as np
 from engine.types import DecodeOptions
 from server.app import App
 from server.config import ServerConfig
-from server.listen import bind_listeners
-from tests.server.client import Outcome, run_session
 from tests.speech import Clip, to_s16le
+from tools.client import Outcome, run_session
 
 SR = 16000
 
@@ -67,19 +66,19 @@ def two_utterances(clips: list[Clip]) -> bytes:
 
 
 async def scenario(tiny_model_dir: Path, audio: bytes) -> dict[str, object]:
-    config = replace(
-        ServerConfig(), model=str(tiny_model_dir), port=0, precision="fp32", max_batch="1"
+    config = ServerConfig.from_options(
+        model=str(tiny_model_dir), port=0, precision="fp32", max_batch="1"
     )
-    app = App(config)
+    app = App(config, dict(os.environ))
     ports: list[int] = []
-    server = asyncio.create_task(app.serve(bind_listeners(config), on_listening=ports.append))
+    server = asyncio.create_task(app.serve(on_listening=ports.append))
     try:
         while not ports:
             await asyncio.sleep(0.05)
         port = ports[0]
         await until_ready(port)
         assert app.engine is not None
-        recognizer = app.engine.recognizer
+        recognizer = app.engine.recognizers[0]
         failing = FailingForJapanese(recognizer.backend)
         recognizer.backend = failing  # type: ignore[assignment]
         url = f"ws://127.0.0.1:{port}/ws"

@@ -14,9 +14,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.server.client import run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
+from tools.client import run_session
 
 KEY = "test-key-0123456789abcdef"
 SR = 16000
@@ -102,6 +102,8 @@ def test_metrics_need_the_key_and_live_on_their_own_port(guarded: ServerProcess)
     with urllib.request.urlopen(request, timeout=10) as r:
         assert b"engine_requests_total" in r.read()
     assert guarded.http("/metrics")[0] == 404  # not on the public port
+    assert guarded.http("/stats")[0] == 404
+    assert guarded.http("/readyz")[0] == 200  # health stays where traffic is routed
 
 
 def test_oversized_frame_is_refused_and_a_neighbour_is_unaffected(

@@ -39,8 +39,8 @@ def test_a_taken_port_is_a_one_line_error_before_the_model_loads(tiny_model_dir:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: cannot listen:")
-    assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
+    assert lines[0].startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in lines[0]
     assert "sensestream.server" not in proc.stderr, "nothing was loaded"
     assert elapsed < 10
 

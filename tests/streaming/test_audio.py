@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -117,6 +119,37 @@ def test_format_error_lists_allowed_values() -> None:
 
 
 # --- G.711 --------------------------------------------------------------------------------
+
+
+# ITU-T G.711 decoded values (as audioop computed them), written out so the tables stay
+# pinned where audioop is gone (Python 3.13): spot values that show each sign and segment,
+# and a digest of all 256 little-endian int16 values.
+ULAW_SPOTS = {
+    0x00: -32124, 0x01: -31100, 0x0F: -16764, 0x10: -15996, 0x3F: -1980, 0x55: -716,
+    0x7E: -8, 0x7F: 0, 0x80: 32124, 0x81: 31100, 0xAA: 5372, 0xD5: 716, 0xFE: 8, 0xFF: 0,
+}  # fmt: skip
+ALAW_SPOTS = {
+    0x00: -5504, 0x01: -5248, 0x0F: -6784, 0x10: -2752, 0x3F: -13568, 0x55: -8,
+    0x7E: -880, 0x7F: -848, 0x80: 5504, 0x81: 5248, 0xAA: 32256, 0xD5: 8, 0xFE: 880,
+    0xFF: 848,
+}  # fmt: skip
+TABLE_SHA256 = {
+    "mulaw": "3dab54339e520bb2c924826e3b72a917a2b612e9fd12fc867500f1d983a75827",
+    "alaw": "e04788d110e58ff8c70c93b8480190d973e3b67876b6119abbaec766cc75c174",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "spots"),
+    [("mulaw", ulaw_to_linear, ULAW_SPOTS), ("alaw", alaw_to_linear, ALAW_SPOTS)],
+)
+def test_g711_tables_match_the_standard(
+    name: str, table: Callable[[], np.ndarray], spots: dict[int, int]
+) -> None:
+    values = table()
+    assert {code: int(values[code]) for code in spots} == spots
+    digest = hashlib.sha256(values.astype("<i2").tobytes()).hexdigest()
+    assert digest == TABLE_SHA256[name]
 
 
 @pytest.mark.skipif(audioop is None, reason="audioop was removed in Python 3.13")

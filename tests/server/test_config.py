@@ -1,0 +1,69 @@
+"""One nested config: flags, environment and TOML keys derived from its leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from server.config import LEAVES, ServerConfig, build_parser, load_config, option_owners
+
+
+def test_every_leaf_option_is_a_flag_an_env_variable_and_a_toml_key(tmp_path: Path) -> None:
+    names = [f.name for kind in LEAVES.values() for f in dataclasses.fields(kind)]
+    assert len(names) == len(set(names)), "option names must be unique across the leaves"
+    flags = {a.dest for a in build_parser()._actions}
+    assert set(names) <= flags
+    config = load_config(["--max-batch", "3"], {"SENSESTREAM_PORT": "9000"})
+    assert (config.engine.max_batch, config.listen.port) == ("3", 9000)
+    toml = tmp_path / "server.toml"
+    toml.write_text('[server]\nlog_level = "debug"\n[server.limits]\nmax_sessions = 7\n')
+    assert load_config(["--config", str(toml)], {}).limits.max_sessions == 7
+
+
+def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -> None:
+    toml = tmp_path / "server.toml"
+    toml.write_text("[listen]\nport = 1111\n[session]\nend_silence_ms = 700\n")
+    environ = {"SENSESTREAM_CONFIG": str(toml), "SENSESTREAM_PORT": "2222"}
+    config = load_config(["--port", "3333"], environ)
+    assert config.listen.port == 3333
+    assert load_config([], environ).listen.port == 2222
+    assert load_config([], environ).session.end_silence_ms == 700
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--partial-interval-ms", "50"], "interval_ms must be within"),  # PartialPolicy
+        (["--early-final-ms", "-1"], "early_final_ms must be >= 0"),  # SessionConfig
+        (["--budget-fraction", "0"], "budget_fraction must be within"),  # EngineConfig
+        (["--device", "tpu"], "device"),  # engine.devices
+        (["--max-frame-bytes", "10"], "frame limits"),  # SessionLimits
+        (["--protect-metrics"], "protect_metrics needs api_keys"),
+        (["--port", "70000"], "port must be within"),
+        (["--max-batch", "many"], "max_batch must be"),
+        (["--idle-timeout-s", "soon"], "idle_timeout_s must be a number"),
+    ],
+)
+def test_each_rule_is_checked_where_it_lives(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_config(argv, {})
+
+
+def test_unknown_toml_keys_are_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "server.toml"
+    toml.write_text("[engine]\nmodle = 'x'\n")
+    with pytest.raises(ValueError, match="unknown option"):
+        load_config(["--config", str(toml)], {})
+
+
+def test_flat_options_land_in_their_leaves() -> None:
+    config = ServerConfig.from_options(port=0, max_batch="1", vad="webrtc", max_sessions=5)
+    assert config.listen.port == 0 and config.engine.max_batch == "1"
+    assert config.session.vad == "webrtc" and config.limits.max_sessions == 5
+    assert option_owners()["shutdown_timeout_s"] is None
+    with pytest.raises(ValueError, match="unknown option"):
+        ServerConfig.from_options(prot=1)
+    engine = config.engine_config("/models/x", tuning_cache=None)
+    assert engine.max_batch == 1 and engine.max_segment_ms == config.session.max_segment_ms
