@@ -91,6 +91,9 @@ class InferenceRequest:
 
     `audio` is float32 16 kHz mono; `start_sample` is its offset on the session's stream
     clock, so results can be placed in time. `arrival` is the caller's `now` in seconds.
+    `request_id` is unique within the session: results are matched by (session, request
+    id), never by object identity, so an answer may come back as a copy (from another
+    process or host) and still find its request.
     """
 
     session_id: str
@@ -100,6 +103,7 @@ class InferenceRequest:
     options: DecodeOptions
     arrival: float
     start_sample: int = 0
+    request_id: int = 0
 
     @property
     def key(self) -> tuple[str, int]:

@@ -72,6 +72,11 @@ class SessionConfig:
         return total_ms * SAMPLE_RATE // 1000
 
 
+def _same(request: InferenceRequest, other: InferenceRequest | None) -> bool:
+    """The same request, whether or not the answer carries the very object we sent."""
+    return other is not None and request.request_id == other.request_id
+
+
 def samples_to_ms(samples: int) -> int:
     return samples * 1000 // SAMPLE_RATE
 
@@ -124,6 +129,7 @@ class Session:
         self._owed: dict[int, ServerEvent | None] = {}  # utt -> final once it has arrived
         self._events: list[ServerEvent] = []
         self._requests: list[InferenceRequest] = []
+        self._request_ids = 0  # the last id given; results are matched by id
         self._stopped = False
         self._end_sent = False
         self.close_code: int | None = None
@@ -162,8 +168,8 @@ class Session:
         utt = self._utts.get(req.utterance_id)
         if utt is None:
             return  # its final has gone out: a late answer has nothing to add
-        if req is not utt.final_request:
-            if req is utt.early:
+        if not _same(req, utt.final_request):
+            if _same(req, utt.early):
                 utt.early_result = result  # the pause may yet last: keep it for the decision
             # A partial, or an early decode that is not (yet) the final, shows as a partial.
             showable = not utt.final_requested and self._toggle("partials")
@@ -354,8 +360,16 @@ class Session:
     def _request(
         self, seg: SegmentEvent, kind: RequestKind, audio: np.ndarray, now: float
     ) -> InferenceRequest:
+        self._request_ids += 1
         return InferenceRequest(
-            self.session_id, seg.utt_id, kind, audio, self._decode_options(), now, seg.start
+            self.session_id,
+            seg.utt_id,
+            kind,
+            audio,
+            self._decode_options(),
+            now,
+            seg.start,
+            request_id=self._request_ids,
         )
 
     def _emit_partial(self, req: InferenceRequest, utt: _Utterance, t: Transcript) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -335,3 +336,20 @@ def test_a_failed_early_decode_that_is_the_final_is_reported() -> None:
     errors = [e for e in events if isinstance(e, ErrorEvent)]
     assert [e.code for e in errors] == ["backend_error"]
     assert isinstance(events[-1], End)
+
+
+def test_results_are_matched_by_request_id_not_by_object() -> None:
+    # An engine in another process answers with copies of the requests it was sent.
+    audio = tone_bursts([(0.2, 1.0), (2.0, 3.0)], 4.0)
+    local, remote = make_session(), make_session()
+    sent = [collect_requests(s, to_s16le(audio), 1600) for s in (local, remote)]
+    assert [r.request_id for r in sent[0]] == list(range(1, len(sent[0]) + 1))
+    for r in final_requests(sent[0]):
+        local.receive_result(answer(r), now=2.0)
+    for r in final_requests(sent[1]):
+        copy = pickle.loads(pickle.dumps(r))
+        assert copy is not r
+        remote.receive_result(answer(copy), now=2.0)
+    expected, got = local.events_to_send(), remote.events_to_send()
+    assert [dump_event(e) for e in got] == [dump_event(e) for e in expected]
+    assert len(finals(got)) == 2 and isinstance(got[-1], End)
