@@ -1,6 +1,6 @@
 """A built wheel, installed into a fresh venv far from the checkout, serves the page and speech.
 
-This is the path a user takes with `pip install sensestream`: no `../shared`, the repository
+This is the path a user takes with `pip install sensestream`: nothing beside it, the repository
 not on `sys.path`, no test model yet. The venv borrows this environment's third-party
 packages through a `.pth` line (installing torch again would take minutes), but not its
 editable install of this project, so every `engine`/`server`/`web_client` import must come
