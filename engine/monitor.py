@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -9,6 +10,8 @@ from typing import Any, Protocol
 
 import psutil
 from prometheus_client import CollectorRegistry, Gauge
+
+log = logging.getLogger("sensestream.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +92,18 @@ def cuda_to_nvml(nvml: Nvml, cuda_uuids: Mapping[int, str]) -> dict[int, int]:
                 continue
             raise
         by_uuid[_plain_uuid(uuid)] = nvml_index
-    return {
-        cuda: by_uuid.get(_plain_uuid(cuda_uuids.get(cuda, "")), cuda)
-        for cuda in sorted(cuda_uuids)
-    }
+    mapping: dict[int, int] = {}
+    for cuda in sorted(cuda_uuids):
+        found = by_uuid.get(_plain_uuid(cuda_uuids[cuda]))
+        if found is None:
+            log.warning(
+                "cuda:%d: no NVML device with its UUID (MIG, or no torch CUDA); reading NVML "
+                "device %d, which under CUDA_VISIBLE_DEVICES may be another GPU",
+                cuda,
+                cuda,
+            )
+        mapping[cuda] = cuda if found is None else found
+    return mapping
 
 
 def cuda_uuids(devices: Sequence[int], cuda: Any | None = None) -> dict[int, str]:

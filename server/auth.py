@@ -20,6 +20,9 @@ def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
                 keys.append(key)
     if any(len(k) < 16 for k in keys):
         raise ValueError("API keys must be at least 16 characters")
+    if (inline or key_file) and not keys:
+        # Keys were asked for; none came out: serving openly would be a silent downgrade.
+        raise ValueError(f"no API key in {key_file or 'api_keys'}")
     return tuple(k.encode() for k in keys)
 
 

@@ -23,6 +23,7 @@ from engine.budget import parse_size
 from engine.builder import EngineConfig
 from engine.loader import BackendOptions
 from engine.model_dir import DEFAULT_MODEL_ID
+from engine.scheduler import SchedulerConfig
 from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
@@ -30,6 +31,7 @@ from streaming.session import SessionConfig
 from streaming.vad_types import VadConfig
 
 ENV_PREFIX = "SENSESTREAM_"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,9 @@ class ListenConfig:
     protect_metrics: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be within 0..65535")
+        for name, port in (("port", self.port), ("metrics_port", self.metrics_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{name} must be within 0..65535")
         if self.protect_metrics and not (self.api_keys or self.api_keys_file):
             raise ValueError(
                 "protect_metrics needs api_keys or api_keys_file: with no keys, "
@@ -175,7 +178,10 @@ class EngineSettings:
             raise ValueError("max_batch must be 'auto' or a positive integer")
         if self.test_model_size not in ("tiny", "full"):
             raise ValueError("test_model_size must be tiny or full")
-        self.engine_config(self.model)  # the rules live in engine.builder and engine.budget
+        # The rules live in engine.builder, engine.budget and engine.scheduler.
+        config = self.engine_config(self.model)
+        batch = 1 if config.max_batch is None else config.max_batch
+        SchedulerConfig(max_batch=batch, max_wait_ms=self.max_wait_ms)
 
     def engine_config(
         self, model: str, max_segment_ms: int = 15_000, tuning_cache: Path | None = None
@@ -217,6 +223,12 @@ class ServerConfig:
     engine: EngineSettings = field(default_factory=EngineSettings)
     shutdown_timeout_s: float = 30.0
     log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if not self.shutdown_timeout_s > 0:
+            raise ValueError("shutdown_timeout_s must be > 0")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
 
     @classmethod
     def from_options(cls, **options: Any) -> ServerConfig:
@@ -296,6 +308,9 @@ def _from_toml(path: Path, known: set[str]) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"cannot read config file {path}: {exc}") from exc
     table = data.get("server", data)
+    if "server" in data and len(data) > 1:
+        others = ", ".join(sorted(k for k in data if k != "server"))
+        raise ValueError(f"{path}: with a [server] table, put {others} inside it")
     flat: dict[str, Any] = {}
     for key, value in table.items():
         if key in LEAVES and isinstance(value, dict):
@@ -315,8 +330,10 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
     """Strings from the CLI or environment to the field's type."""
     kind = str(f.type)
+    if isinstance(value, bool) and not kind.startswith("bool"):
+        raise ValueError(f"{f.name} must not be true or false")
     if not isinstance(value, str):
-        return str(value) if kind.startswith("str") and not isinstance(value, bool) else value
+        return str(value) if kind.startswith("str") else value
     if kind.startswith("bool"):
         lowered = value.lower()
         if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):

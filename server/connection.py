@@ -68,6 +68,7 @@ class Connection:
         self._going_away = False
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._finishing = False  # run() is cleaning up: nothing more is fed or dropped
         # Set once the session is dropped (a client too slow to read, or a fault of ours).
         self._dropping: asyncio.Task[None] | None = None
 
@@ -85,6 +86,7 @@ class Connection:
             if self._dropping is not None:
                 await self._dropping
         finally:
+            self._finishing = True
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -97,7 +99,8 @@ class Connection:
     async def drain(self) -> None:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
         self._going_away = True
-        self._step(lambda: self.session.end_of_stream(self._loop.time()))
+        if not self._finishing:  # a session that is already ending has nothing to drain
+            self._step(lambda: self.session.end_of_stream(self._loop.time()))
         await self._done.wait()
 
     def _client_gone(self, reader: asyncio.Task[None]) -> bool:
@@ -139,6 +142,8 @@ class Connection:
         code from the session itself. Anything else is a fault of ours: that session alone
         ends with `internal_error` and 1011. Returns whether the client should still be read.
         """
+        if self._dropping is not None or self._finishing:
+            return False
         try:
             try:
                 feed()
@@ -203,7 +208,7 @@ class Connection:
 
     def _start_drop(self, code: str, message: str, close_code: int) -> None:
         """Stop reading, decoding and queueing for this session at once, then close it."""
-        if self._dropping is not None:
+        if self._dropping is not None or self._finishing or not self._tasks:
             return
         self.engine.cancel(self.session.session_id)
         _reader, results, write = self._tasks

@@ -44,6 +44,11 @@ def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -
         (["--port", "70000"], "port must be within"),
         (["--max-batch", "many"], "max_batch must be"),
         (["--idle-timeout-s", "soon"], "idle_timeout_s must be a number"),
+        (["--max-batch", "0"], "max_batch must be within"),  # SchedulerConfig
+        (["--max-wait-ms", "-5"], "max_wait_ms must be"),
+        (["--metrics-port", "70000"], "metrics_port must be within"),
+        (["--log-level", "loud"], "log_level must be one of"),
+        (["--shutdown-timeout-s", "0"], "shutdown_timeout_s must be > 0"),
     ],
 )
 def test_each_rule_is_checked_where_it_lives(argv: list[str], message: str) -> None:
@@ -51,10 +56,18 @@ def test_each_rule_is_checked_where_it_lives(argv: list[str], message: str) -> N
         load_config(argv, {})
 
 
-def test_unknown_toml_keys_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[engine]\nmodle = 'x'\n", "unknown option"),
+        ("[server]\nport = 1\n[engine]\nthreads = 4\n", "put engine inside it"),
+        ("[listen]\nport = true\n", "port must not be true or false"),
+    ],
+)
+def test_toml_mistakes_are_refused(tmp_path: Path, text: str, message: str) -> None:
     toml = tmp_path / "server.toml"
-    toml.write_text("[engine]\nmodle = 'x'\n")
-    with pytest.raises(ValueError, match="unknown option"):
+    toml.write_text(text)
+    with pytest.raises(ValueError, match=message):
         load_config(["--config", str(toml)], {})
 
 

@@ -110,6 +110,7 @@ def test_keys_from_a_file_are_required_and_accepted(
         (["--protect-metrics"], "protect_metrics needs api_keys or api_keys_file"),
         (["--api-keys-file", "/nonexistent/keys"], "error: api keys:"),
         (["--api-keys", "short"], "at least 16 characters"),
+        (["--api-keys", " , "], "no API key in api_keys"),
         (["--metrics-host", "127.0.0.2"], "metrics_host needs metrics_port"),
     ],
 )
