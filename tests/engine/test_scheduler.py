@@ -80,7 +80,10 @@ def simulate(
             scheduler.submit(pending.pop(0), now)
         scheduler.drop_stale(now)
         batch = scheduler.next_batch(now)
-        errored += scheduler.take_rejected()
+        rejected = scheduler.take_rejected()
+        errored += rejected
+        if batch is None and rejected:
+            continue  # progress: ask again at once, as the engine's dispatch loop does
         if batch is None:
             wake = scheduler.next_wakeup()
             options = [t for t in (wake, pending[0].arrival if pending else None) if t is not None]
