@@ -37,6 +37,7 @@ from engine.errors import BackendOutOfMemoryError
 from engine.loader import BACKENDS, PRECISIONS, BackendOptions, create_backend
 from engine.model_dir import resolve_model
 from engine.recognizer import Recognizer, Utterance
+from engine.tuning_cache import cpu_identity
 from engine.types import SAMPLE_RATE, DecodeOptions
 from tools.speech import missing_tools, speak
 
@@ -245,7 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "audio": source_kind,
         "memory_budget_bytes": device.budget,
         "cost_scale": round(device.cost.scale, 3),
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform()},
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "platform": platform.platform(),
+            "cpu": cpu_identity(),
+        },
         "gpu": _gpu_name(args.device),
         "targets": targets(cases),
         "cases": cases,

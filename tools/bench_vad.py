@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.tuning_cache import cpu_identity
 from streaming.vad_fsmn import FsmnVadModel
 from streaming.vad_types import VadConfig, VadModel
 from streaming.vad_webrtc import WebrtcVadModel
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "frame_ms": args.frame_ms,
         "threads": args.threads,
         "source": kind,
-        "machine": {"python": platform.python_version(), "cpu": platform.processor()},
+        "machine": {"python": platform.python_version(), "cpu": cpu_identity()},
         "results": results,
     }
     text = json.dumps(report, indent=2)

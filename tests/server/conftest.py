@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tools.spawn import ServerSpec, SpawnedServer, spawn
-from tools.spawn import wait_ready as wait_until_ready
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 240.0
@@ -64,11 +63,11 @@ def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def spawn_server(
+def unready_server(
     python: str, *extra: str, cwd: Path, env: dict[str, str] | None = None
-) -> tuple[SpawnedServer, int]:
-    """`python -m server` on a free port; returns at once with its port (the first line,
-    printed when bound, before any model work) and leaves waiting to the caller."""
+) -> SpawnedServer:
+    """`python -m server` on a free port, returned as soon as it says where it listens
+    (before any model work); waiting for readiness is the caller's (`.wait_ready()`)."""
     spec = ServerSpec(
         ("--precision", "fp32", "--max-batch", "1", *extra),
         python=python,
@@ -76,10 +75,4 @@ def spawn_server(
         env=env,
         start_timeout_s=START_TIMEOUT_S,
     )
-    server = SpawnedServer(spec)
-    return server, server.port
-
-
-def wait_ready(port: int, deadline_s: float = START_TIMEOUT_S) -> None:
-    """Long polls of /readyz: each returns as soon as the server is ready (or after 8 s)."""
-    wait_until_ready(f"http://127.0.0.1:{port}", deadline_s)
+    return SpawnedServer(spec)

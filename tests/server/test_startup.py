@@ -9,15 +9,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.server.conftest import REPO, ServerProcess, spawn_server, wait_ready
+from tests.server.conftest import REPO, ServerProcess, unready_server
 from tests.speech import Clip, to_s16le
 
 SR = 16000
@@ -73,23 +71,20 @@ def test_log_says_listening_with_the_page_url_then_ready_with_no_chatter(
 
 
 def test_readyz_long_poll_answers_when_the_model_is_ready(tiny_model_dir: Path) -> None:
-    proc, port = spawn_server(
+    server = unready_server(
         sys.executable, "--model", str(tiny_model_dir), "--no-reuse-tuning", cwd=REPO
     )
     try:
-        base = f"http://127.0.0.1:{port}"
         # Asked right after binding, while the model loads: the answer waits for readiness
         # (or, on a very slow host, for the whole 8 s) instead of a 503 at once.
         started = time.monotonic()
-        status = readyz_status(f"{base}/readyz?wait=8")
+        status, _ = server.get("/readyz?wait=8", timeout_s=20)
         waited = time.monotonic() - started
         assert status == 200 or (status == 503 and waited >= 7.5), (status, waited)
-        wait_ready(port)
-        with urllib.request.urlopen(f"{base}/stats", timeout=10) as answer:
-            assert json.loads(answer.read())["state"] == "ready"
+        server.wait_ready()
+        assert json.loads(server.get("/stats")[1])["state"] == "ready"
     finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0
+        assert server.stop() == 0
 
 
 def test_sigterm_while_a_client_keeps_sending_gives_owed_finals_end_and_1001(
@@ -131,14 +126,6 @@ def test_sigterm_while_a_client_keeps_sending_gives_owed_finals_end_and_1001(
     assert kinds[-1] == "end"
     assert close_code == 1001
     assert code == 0
-
-
-def readyz_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=20) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 async def collect(ws: object, events: list[dict]) -> None:

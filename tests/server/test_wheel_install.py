@@ -14,14 +14,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import urllib.request
 import venv
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.server.conftest import REPO, spawn_server, wait_ready
+from tests.server.conftest import REPO, unready_server
 from tests.speech import Clip, to_s16le
 from tools.client import run_session
 
@@ -126,11 +125,12 @@ def test_installed_server_builds_its_test_model_serves_the_page_and_a_final(
 ) -> None:
     root = installed.parent.parent.parent
     env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "XDG_CACHE_HOME": str(root / "cache")}
-    proc, port = spawn_server(str(installed), "--test-model-size", "tiny", cwd=root, env=env)
+    proc = unready_server(str(installed), "--test-model-size", "tiny", cwd=root, env=env)
+    port = proc.port
     try:
-        wait_ready(port)
-        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read()
-        assert b"<html" in page.lower()
+        proc.wait_ready()
+        status, page = proc.get("/")
+        assert status == 200 and "<html" in page.lower()
         audio = np.concatenate([np.zeros(SR // 2, np.float32), speech_clips[0].audio])
         outcome = asyncio.run(
             run_session(f"ws://127.0.0.1:{port}/ws", to_s16le(np.append(audio, np.zeros(SR))))
