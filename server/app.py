@@ -10,7 +10,8 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from engine.async_engine import AsyncEngine
 from engine.builder import EngineReport, build_engine_parts
@@ -31,8 +33,10 @@ from server.connection import Connection
 from server.http import json_response, response, static_file, text_response, unauthorized
 from server.listen import ListenError, page_url
 from server.models import choose_model, tuning_folder
+from server.routes import split_path, websocket_routes
 from streaming.errors import ServerFullError
-from streaming.messages import ErrorEvent, dump_event
+from streaming.events import ErrorEvent
+from streaming.protocols.base import Codec
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
@@ -100,6 +104,11 @@ class App:
         self.sessions: dict[str, Connection] = {}
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
+        self.routes = websocket_routes()
+        # A connection's codec, from its handshake (which knows the path) to its handler.
+        self._codecs: weakref.WeakKeyDictionary[ServerConnection, Codec] = (
+            weakref.WeakKeyDictionary()
+        )
         self.state = "starting"
         self.server: Server | None = None
         self.started = time.monotonic()
@@ -126,9 +135,9 @@ class App:
                     self.config.listen.port,
                     process_request=self._process_request,
                     compression=None,  # PCM does not deflate; compression would only cost CPU
-                    # A hard cap for the library; our own limits answer with an error event.
-                    max_size=4
-                    * max(self.config.limits.max_frame_bytes, self.config.limits.max_text_bytes),
+                    # Each route's codec sets its own cap at the handshake (see _admit_websocket).
+                    max_size=64 * 1024,
+                    select_subprotocol=_select_subprotocol,
                     ssl=self._ssl_context(),
                     write_limit=limits.send_buffer_bytes or 32 * 1024,
                     open_timeout=OPEN_TIMEOUT_S,
@@ -262,9 +271,15 @@ class App:
     async def _process_request(
         self, connection: ServerConnection, request: Request
     ) -> Response | None:
-        path = request.path.split("?", 1)[0]
-        if path == "/ws":
-            return self._admit_websocket(request)
+        path, query = split_path(request.path)
+        route = self.routes.get(path)
+        if route is not None:
+            refusal = self._admit_websocket(request)
+            if refusal is None:
+                codec = route.make_codec(query, self.config.limits.session_limits())
+                connection.protocol.max_message_size = codec.max_message_bytes
+                self._codecs[connection] = codec
+            return refusal
         # Health stays on the serving port (load balancers probe the port they route to);
         # a separate metrics port takes only /metrics and /stats away from it.
         if path in HEALTH_PATHS or (path in OPS_PATHS and self.config.listen.metrics_port is None):
@@ -374,16 +389,18 @@ class App:
     # ---- WebSocket ----------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
+        codec = self._codecs.pop(ws, None)
         if self.state == "draining":  # admitted just before the drain took its list
             await ws.close(1001, "server is shutting down")
             return
-        if self.engine is None or self.vad is None or self.report is None:
+        if self.engine is None or self.vad is None or self.report is None or codec is None:
             await ws.close(1013, "not ready")
             return
         refusal = self._over_capacity(ws)
         if refusal is not None:
             self.metrics.protocol_error(refusal.code)
-            await ws.send(dump_event(ErrorEvent(refusal.code, refusal.message)))
+            for frame in codec.encode(ErrorEvent(refusal.code, refusal.message)):
+                await ws.send(frame)
             await ws.close(refusal.close_code, "try again later")
             return
         if self.config.limits.send_buffer_bytes is not None:
@@ -392,6 +409,7 @@ class App:
         session = Session(session_id, session_config(self.config, self.report), self.vad)
         conn = Connection(
             ws,
+            codec,
             session,
             self.engine,
             self.metrics,
@@ -469,6 +487,13 @@ def _limit_send_buffer(ws: ServerConnection, size: int) -> None:
     sock = ws.transport.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
+def _select_subprotocol(
+    connection: ServerConnection, offered: Sequence[Subprotocol]
+) -> Subprotocol | None:
+    """FunASR's clients ask for "binary"; everyone else may offer nothing (or anything)."""
+    return Subprotocol("binary") if "binary" in offered else None
 
 
 def _peer(ws: ServerConnection) -> str:

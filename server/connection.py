@@ -1,14 +1,16 @@
-"""One WebSocket client: move bytes between the socket, its Session and the engine.
+"""One WebSocket client: move bytes between the socket, its codec and Session, and the engine.
 
-Three tasks share the session on the event loop (so no locks): the reader feeds client
-frames in, the results task feeds engine answers in, and the writer sends events out.
+Generic over the wire protocol: the codec turns messages into the session's commands and
+its events into messages. Three tasks share the session on the event loop (so no locks):
+the reader feeds client frames in, the results task feeds engine answers in, and the
+writer sends events out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
@@ -19,6 +21,7 @@ from websockets.protocol import State
 from engine.async_engine import AsyncEngine
 from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
+from streaming.commands import Command
 from streaming.errors import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -27,7 +30,8 @@ from streaming.errors import (
     ProtocolError,
     SessionLimitError,
 )
-from streaming.messages import End, ErrorEvent, dump_event
+from streaming.events import Ended, ErrorEvent
+from streaming.protocols.base import Codec
 from streaming.session import Session
 
 log = logging.getLogger("sensestream.connection")
@@ -50,6 +54,7 @@ class Connection:
     def __init__(
         self,
         ws: ServerConnection,
+        codec: Codec,
         session: Session,
         engine: AsyncEngine,
         stats: ConnectionStats,
@@ -58,6 +63,7 @@ class Connection:
         idle_timeout_s: float = 30.0,
     ) -> None:
         self.ws = ws
+        self.codec = codec
         self.session = session
         self.engine = engine
         self._stats = stats
@@ -66,6 +72,7 @@ class Connection:
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._going_away = False
+        self._error_close: int | None = None  # set by the first client error that ends it
         self._done = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._finishing = False  # run() is cleaning up: nothing more is fed or dropped
@@ -77,7 +84,7 @@ class Connection:
         read = asyncio.create_task(self._read(), name="read")
         write = asyncio.create_task(self._write(), name="write")
         self._tasks = [read, asyncio.create_task(self._results(), name="results"), write]
-        self._step(lambda: None)  # a session may already owe a `ready`
+        self._step(partial(self._feed, self.codec.opening()))  # e.g. a session.created
         try:
             # The writer ends after `end`; the reader ends early if the client goes away.
             await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
@@ -122,13 +129,17 @@ class Connection:
                 # Dropped unread and undecoded: a client blocked sending must still get to
                 # read its error and close, so the socket keeps draining until it closes.
                 continue
-            now = self._loop.time()
-            if isinstance(message, bytes):
-                ok = self._step(partial(self.session.receive_audio, message, now))
-            else:
-                ok = self._step(partial(self.session.receive_text, message, now))
+            ok = self._step(partial(self._receive, message))
             if not ok and self._dropping is None:
                 return  # a client error: the session sends what it owes, then closes
+
+    def _receive(self, message: str | bytes) -> None:
+        self._feed(self.codec.decode(message))
+
+    def _feed(self, commands: Sequence[Command]) -> None:
+        now = self._loop.time()
+        for command in commands:
+            self.session.handle(command, now)
 
     async def _results(self) -> None:
         while True:
@@ -148,6 +159,11 @@ class Connection:
             try:
                 feed()
             except ProtocolError as exc:
+                if not self.codec.is_fatal(exc):
+                    self._stats.protocol_error(exc.code)
+                    self.session.reject(exc)
+                    self._pump()
+                    return True
                 self._fail(exc)
                 self._pump()
                 return False
@@ -161,6 +177,8 @@ class Connection:
         """Report a client error; the session still delivers the finals it owes."""
         self._stats.protocol_error(exc.code)
         log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
+        if self._error_close is None:
+            self._error_close = self.codec.close_code(exc)
         self.session.abort(exc, self._loop.time())
 
     def _crash(self, exc: Exception) -> None:
@@ -180,16 +198,17 @@ class Connection:
         try:
             while True:
                 event = await self._outbox.get()
-                await self.ws.send(dump_event(event))
-                if isinstance(event, End):
+                for frame in self.codec.encode(event):
+                    await self.ws.send(frame)
+                if isinstance(event, Ended):
                     await self.ws.close(self._close_code(), "end of stream")
                     return
         except ConnectionClosed:
             return
 
     def _close_code(self) -> int:
-        if self.session.close_code is not None:
-            return self.session.close_code
+        if self._error_close is not None:
+            return self._error_close
         return CLOSE_GOING_AWAY if self._going_away else CLOSE_NORMAL
 
     def _pump(self) -> None:
@@ -224,7 +243,8 @@ class Connection:
         """Say why and close if the client takes it in time; else abort the socket."""
         try:
             async with asyncio.timeout(DROP_GRACE_S):
-                await self.ws.send(dump_event(event))
+                for frame in self.codec.encode(event):
+                    await self.ws.send(frame)
                 await self.ws.close(close_code, event.code)
         except (TimeoutError, ConnectionClosed):
             self.ws.transport.abort()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from streaming.messages import Final, Partial, ServerEvent
+from streaming.events import Failed, Final, Partial, SessionEvent
 
 
 class OutboxOverflowError(Exception):
@@ -22,14 +22,14 @@ class Outbox:
     """Events waiting for one client's socket."""
 
     def __init__(self, max_pending: int = 256) -> None:
-        self._events: deque[ServerEvent] = deque()
+        self._events: deque[SessionEvent] = deque()
         self._ready = asyncio.Event()
         self._max_pending = max_pending
         self.partials_dropped = 0
 
-    def put(self, event: ServerEvent) -> None:
+    def put(self, event: SessionEvent) -> None:
         """Queue an event; a partial replaces an unsent partial of the same utterance."""
-        if isinstance(event, Partial | Final):
+        if isinstance(event, Partial | Final | Failed):
             for i, queued in enumerate(self._events):
                 if isinstance(queued, Partial) and queued.utt_id == event.utt_id:
                     del self._events[i]
@@ -42,7 +42,7 @@ class Outbox:
         self._events.append(event)
         self._ready.set()
 
-    async def get(self) -> ServerEvent:
+    async def get(self) -> SessionEvent:
         """The next event, waiting for one if none is queued."""
         while not self._events:
             self._ready.clear()

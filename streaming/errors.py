@@ -60,6 +60,12 @@ class StateError(ProtocolError):
     close_code = CLOSE_PROTOCOL_ERROR
 
 
+class EmptyCommitError(StateError):
+    """A commit with no uncommitted audio."""
+
+    code = "commit_empty"
+
+
 class AudioOverwrittenError(Exception):
     """A ring-buffer read reached audio that has already been overwritten (a bug or lag)."""
 

@@ -45,6 +45,12 @@ class RateMeter:
         self._first: float | None = None
         self._audio_s = 0.0
 
+    def with_rate(self, rate: float, burst_s: float) -> RateMeter:
+        """The same session's meter under a new rate: what was counted stays counted."""
+        meter = RateMeter(rate, burst_s, self._max_session)
+        meter._first, meter._audio_s = self._first, self._audio_s
+        return meter
+
     def admit(self, samples: int, now: float) -> None:
         """Count `samples` of 16 kHz audio received at `now`; raise when over the limits."""
         if self._first is None:

@@ -73,6 +73,7 @@ class Segmenter:
         self._start: int | None = None  # open utterance's first sample (pre-roll included)
         self._speech_start = 0  # where the VAD heard speech begin, for min_speech
         self._last_end = 0  # utterances never overlap: pre-roll stops here
+        self._in_speech = False  # between the VAD's speech start and end
 
     @property
     def open_start(self) -> int | None:
@@ -91,6 +92,7 @@ class Segmenter:
         out: list[SegmentEvent] = []
         for event in events:
             self._cut_until(event.sample, out)
+            self._in_speech = event.kind is VadEventKind.SPEECH_START
             if event.kind is VadEventKind.SPEECH_START and self._start is None:
                 preroll = event.sample - self._config.preroll_samples
                 self._open(max(preroll, self._last_end, floor, 0), event.sample, out)
@@ -105,6 +107,35 @@ class Segmenter:
         if self._start is not None:
             self._close(max(position, self._start), out, forced=False)
         return out
+
+    def open_unless_open(self, position: int) -> list[SegmentEvent]:
+        """Client turn detection: new audio opens an utterance where the last one ended."""
+        out: list[SegmentEvent] = []
+        if self._start is None:
+            start = min(self._last_end, position)
+            self._open(start, start, out)
+        return out
+
+    def commit(self, position: int) -> list[SegmentEvent]:
+        """The client ends the turn at `position`; speech still under way opens the next."""
+        out: list[SegmentEvent] = []
+        if self._start is not None:
+            self._close(max(position, self._start), out, forced=False)
+        if self._in_speech:
+            self._open(position, position, out)
+        return out
+
+    def clear(self, position: int) -> tuple[int | None, list[SegmentEvent]]:
+        """Drop the open utterance unheard; returns its id and any utterance reopened."""
+        dropped = self.open_utt_id
+        if dropped is not None:
+            self._next_id += 1
+            self._start = None
+        self._last_end = max(self._last_end, position)
+        out: list[SegmentEvent] = []
+        if self._in_speech:
+            self._open(position, position, out)
+        return dropped, out
 
     def _cut_until(self, position: int, out: list[SegmentEvent]) -> None:
         # Long speech is cut at exactly max length; the next utterance starts at the cut.

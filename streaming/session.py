@@ -1,13 +1,15 @@
-"""Session: the sans-I/O per-client core. Bytes and results in; requests and events out.
+"""Session: the sans-I/O per-client core. Neutral commands and results in; requests and events out.
 
-The server feeds `receive_text`, `receive_audio` and `receive_result`, then drains
-`requests_to_submit()` into the engine and `events_to_send()` onto the socket. Time is
-passed in as `now` (seconds); nothing here blocks or reads a clock.
+A protocol codec turns its client's messages into commands (`streaming.commands`) and the
+events here (`streaming.events`) into its messages; the server feeds `handle` and
+`receive_result`, then drains `requests_to_submit()` into the engine and `events_to_send()`
+through the codec onto the socket. Time is passed in as `now` (seconds); nothing here
+blocks or reads a clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,20 +22,22 @@ from engine.types import (
     Transcript,
 )
 from streaming.audio import AudioDecoder, AudioFormat
-from streaming.errors import ProtocolError, StateError
-from streaming.limits import RateMeter, SessionLimits
-from streaming.messages import (
-    End,
+from streaming.commands import Audio, Clear, Command, Commit, Configure, Stop, StreamOptions
+from streaming.errors import EmptyCommitError, ProtocolError, StateError
+from streaming.events import (
+    Cleared,
+    Configured,
+    Ended,
     ErrorEvent,
+    Failed,
     Final,
     Partial,
-    Ready,
-    ServerEvent,
+    SessionEvent,
     SpeechStarted,
-    StartMessage,
-    StopMessage,
-    parse_client_text,
+    SpeechStopped,
+    StopCause,
 )
+from streaming.limits import RateMeter, SessionLimits
 from streaming.partial_window import PartialWindow
 from streaming.partials import PartialPolicy
 from streaming.ring_buffer import RingBuffer
@@ -43,7 +47,7 @@ from streaming.vad_types import VadConfig, VadModel
 
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
-    """Server-side settings for every session (clients choose only StartMessage fields)."""
+    """Server-side settings for every session (clients choose only `Configure` fields)."""
 
     vad: VadConfig = field(default_factory=VadConfig)
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
@@ -118,7 +122,8 @@ class Session:
         self.session_id = session_id
         self._config = config
         self._vad_model = vad_model
-        self._start: StartMessage | None = None
+        self._options = StreamOptions()
+        self._audio: AudioFormat | None = None  # set by the first Configure
         self._decoder: AudioDecoder | None = None
         self._meter = RateMeter(config.limits.max_rate, 0.0, config.limits.max_session_s)
         self._ring = RingBuffer(config.buffer_samples)
@@ -126,53 +131,42 @@ class Session:
         self._segmenter = Segmenter(config.segmenter)
         self._fed = 0  # samples handed to the VAD, in whole blocks until end of stream
         self._utts: dict[int, _Utterance] = {}
-        self._owed: dict[int, ServerEvent | None] = {}  # utt -> final once it has arrived
-        self._events: list[ServerEvent] = []
+        self._owed: dict[int, SessionEvent | None] = {}  # utt -> final once it has arrived
+        self._events: list[SessionEvent] = []
         self._requests: list[InferenceRequest] = []
         self._request_ids = 0  # the last id given; results are matched by id
         self._stopped = False
         self._end_sent = False
-        self.close_code: int | None = None
 
     # ---- inputs -------------------------------------------------------------------
 
-    def receive_text(self, text: str, now: float) -> None:
-        """Handle a text frame; raises ProtocolError for anything protocol v1 forbids."""
-        limit = self._config.limits.max_text_bytes
-        self._config.limits.check_frame(
-            len(text) if len(text) > limit else len(text.encode()), binary=False
-        )
-        message = parse_client_text(text)
-        if isinstance(message, StopMessage):
-            self._require_open("stop")
-            self.end_of_stream(now)
-            return
-        self._require_open("start")
-        if self._start is not None:
-            raise StateError("start may only be sent once, before any audio")
-        self._begin(message)
-
-    def receive_audio(self, data: bytes, now: float) -> None:
-        """Handle a binary frame of audio in the session's format."""
-        self._require_open("audio")
-        self._config.limits.check_frame(len(data), binary=True)
-        decoder = self._ensure_started()
-        samples = decoder.decode(data)
-        self._meter.admit(len(samples), now)
-        self._ring.write(samples)
-        self._run_blocks(now)
+    def handle(self, command: Command, now: float) -> None:
+        """Apply one client command; raises ProtocolError for one the stream cannot take."""
+        if self._stopped:
+            raise StateError(f"{_name(command)} after stop")
+        match command:
+            case Audio():
+                self._receive_audio(command.data, now)
+            case Configure():
+                self._configure(command)
+            case Commit():
+                self._commit(now)
+            case Clear():
+                self._clear(now)
+            case Stop():
+                self.end_of_stream(now)
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
         """Take the engine's answer for one of this session's requests."""
         req = result.request
         utt = self._utts.get(req.utterance_id)
         if utt is None:
-            return  # its final has gone out: a late answer has nothing to add
+            return  # its final has gone out (or it was cleared): nothing to add
         if not _same(req, utt.final_request):
             if _same(req, utt.early):
                 utt.early_result = result  # the pause may yet last: keep it for the decision
             # A partial, or an early decode that is not (yet) the final, shows as a partial.
-            showable = not utt.final_requested and self._toggle("partials")
+            showable = not utt.final_requested and self._options.partials
             if showable and result.transcript is not None:
                 self._emit_partial(req, utt, result.transcript)
             return
@@ -182,8 +176,11 @@ class Session:
             final = self._final_event(req.utterance_id, req.start_sample, req, result.transcript)
             self._owed[req.utterance_id] = final
         else:
+            start_ms = samples_to_ms(req.start_sample)
+            end_ms = samples_to_ms(req.start_sample + req.num_samples)
             message = f"utterance {req.utterance_id} could not be decoded: {result.error_message}"
-            self._owed[req.utterance_id] = ErrorEvent(result.error_code or "decode_failed", message)
+            code = result.error_code or "decode_failed"
+            self._owed[req.utterance_id] = Failed(req.utterance_id, start_ms, end_ms, code, message)
         self._deliver_finals()
 
     def end_of_stream(self, now: float) -> None:
@@ -191,13 +188,9 @@ class Session:
         if self._stopped:
             return
         self._stopped = True
-        if self._decoder is not None:
-            self._ring.write(self._decoder.flush())
-            self._run_blocks(now)
-        if self._ring.end > self._fed:
-            self._feed_vad(self._ring.end, now, final=True)
+        self._flush_audio(now, final=True)
         for event in self._segmenter.finish(self._fed):
-            self._on_segment(event, now)
+            self._on_segment(event, now, StopCause.END_OF_STREAM)
         self._deliver_finals()
 
     def abort(self, error: ProtocolError, now: float) -> None:
@@ -205,13 +198,16 @@ class Session:
         if self._end_sent:
             return  # `end` is out and the socket is closing; nothing more is said
         self._events.append(ErrorEvent(error.code, error.message))
-        if self.close_code is None:
-            self.close_code = error.close_code
         self.end_of_stream(now)
+
+    def reject(self, error: ProtocolError) -> None:
+        """Report a client error that the protocol lets the stream survive."""
+        if not self._end_sent:
+            self._events.append(ErrorEvent(error.code, error.message))
 
     # ---- outputs ------------------------------------------------------------------
 
-    def events_to_send(self) -> list[ServerEvent]:
+    def events_to_send(self) -> list[SessionEvent]:
         events, self._events = self._events, []
         return events
 
@@ -221,13 +217,17 @@ class Session:
 
     @property
     def finished(self) -> bool:
-        """`end` has been queued: every owed final went out and the socket may close."""
+        """`Ended` has been queued: every owed final went out and the socket may close."""
         return self._end_sent
 
     @property
     def stopped(self) -> bool:
         """No more client input is accepted (stop, abort or shutdown)."""
         return self._stopped
+
+    @property
+    def configured(self) -> bool:
+        return self._audio is not None
 
     @property
     def owed_finals(self) -> int:
@@ -237,27 +237,84 @@ class Session:
     def stream_samples(self) -> int:
         return self._ring.end
 
-    # ---- internals ----------------------------------------------------------------
+    # ---- commands -----------------------------------------------------------------
 
-    def _require_open(self, what: str) -> None:
-        if self._stopped:
-            raise StateError(f"{what} after stop")
+    def _configure(self, command: Configure) -> None:
+        if self._decoder is not None and self._decoder.samples_in > 0:
+            # Format and turn detection shape the audio already buffered; options do not.
+            if command.audio != self._audio or command.options.turns != self._options.turns:
+                raise StateError("the audio format and turn detection are fixed once audio flows")
+        else:
+            self._start_stream(command)
+        self._announce(command)
 
-    def _begin(self, start: StartMessage) -> AudioDecoder:
-        fmt = AudioFormat(start.encoding, start.sample_rate, start.channels)
-        self._start = start
-        self._decoder = AudioDecoder(fmt)
+    def _announce(self, command: Configure) -> None:
+        self._options = command.options
         limits = self._config.limits
-        rate = limits.max_replay_rate if start.pace == "replay" else limits.max_rate
-        self._meter = RateMeter(rate, limits.burst_s, limits.max_session_s)
+        rate = limits.max_replay_rate if command.options.pace == "replay" else limits.max_rate
+        self._meter = self._meter.with_rate(rate, limits.burst_s)
         config = self._config
-        ready = Ready(self.session_id, start.to_dict(), config.model_name, config.test_model)
-        self._events.append(ready)
+        self._events.append(
+            Configured(
+                self.session_id,
+                command.audio,
+                command.options,
+                config.model_name,
+                config.test_model,
+            )
+        )
+
+    def _start_stream(self, command: Configure) -> AudioDecoder:
+        """Before any audio: the decoder, VAD and segmenter follow the requested settings."""
+        self._audio = command.audio
+        self._decoder = AudioDecoder(command.audio)
+        turns = command.options.turns
+        vad = self._config.vad
+        if turns.end_silence_ms is not None:
+            vad = replace(vad, end_silence_ms=turns.end_silence_ms)
+        segmenter = self._config.segmenter
+        if turns.preroll_ms is not None:
+            segmenter = replace(segmenter, preroll_ms=turns.preroll_ms)
+        self._vad = self._vad_model.new_stream(vad)
+        self._segmenter = Segmenter(segmenter)
         return self._decoder
 
-    def _ensure_started(self) -> AudioDecoder:
-        # Audio with no start message means the protocol defaults (16 kHz s16le mono).
-        return self._decoder if self._decoder is not None else self._begin(StartMessage())
+    def _receive_audio(self, data: bytes, now: float) -> None:
+        decoder = self._decoder
+        if decoder is None:  # audio alone means the defaults (16 kHz s16le mono)
+            decoder = self._start_stream(Configure())
+            self._announce(Configure())
+        samples = decoder.decode(data)
+        self._meter.admit(len(samples), now)
+        self._ring.write(samples)
+        self._run_blocks(now)
+
+    def _commit(self, now: float) -> None:
+        self._flush_audio(now, final=False)
+        if self._segmenter.open_utt_id is None:
+            raise EmptyCommitError("there is no uncommitted audio to commit")
+        for event in self._segmenter.commit(self._fed):
+            self._on_segment(event, now, StopCause.COMMIT)
+        self._deliver_finals()
+
+    def _clear(self, now: float) -> None:
+        self._flush_audio(now, final=False)
+        dropped, reopened = self._segmenter.clear(self._fed)
+        if dropped is not None:
+            self._utts.pop(dropped, None)  # answers still on their way are ignored
+        self._events.append(Cleared(dropped))
+        for event in reopened:
+            self._on_segment(event, now, StopCause.VAD)
+
+    # ---- internals ----------------------------------------------------------------
+
+    def _flush_audio(self, now: float, final: bool) -> None:
+        """Hand every buffered sample to the VAD, the last partial block included."""
+        if final and self._decoder is not None:
+            self._ring.write(self._decoder.flush())
+            self._run_blocks(now)
+        if self._ring.end > self._fed or final:
+            self._feed_vad(self._ring.end, now, final=final)
 
     def _run_blocks(self, now: float) -> None:
         block = self._config.block_samples
@@ -265,16 +322,22 @@ class Session:
             self._feed_vad(self._fed + block, now, final=False)
 
     def _feed_vad(self, until: int, now: float, final: bool) -> None:
-        events = self._vad.accept(self._ring.read(self._fed, until))
+        before = self._fed
+        if self._options.turns.vad:
+            events = self._vad.accept(self._ring.read(before, until))
+            if final:
+                events += self._vad.flush()
+            segments = self._segmenter.block(events, until, self._ring.start)
+        else:
+            opened = self._segmenter.open_unless_open(before) if until > before else []
+            segments = opened + self._segmenter.block([], until, self._ring.start)
         self._fed = until
-        if final:
-            events += self._vad.flush()
-        for seg in self._segmenter.block(events, self._fed, self._ring.start):
-            self._on_segment(seg, now)
+        for seg in segments:
+            self._on_segment(seg, now, StopCause.MAX_LENGTH if seg.forced else StopCause.VAD)
         if not final and not self._maybe_early_final(now):
             self._maybe_partial(now)
 
-    def _on_segment(self, seg: SegmentEvent, now: float) -> None:
+    def _on_segment(self, seg: SegmentEvent, now: float, cause: StopCause) -> None:
         if seg.kind is SegmentEventKind.STARTED:
             self._utts[seg.utt_id] = self._new_utterance(seg.start)
             self._events.append(SpeechStarted(seg.utt_id, samples_to_ms(seg.start)))
@@ -284,12 +347,18 @@ class Session:
         utt.final_requested = True
         utt.decided = self._fed
         self._owed[seg.utt_id] = None
-        options = self._decode_options()
+        self._events.append(
+            SpeechStopped(seg.utt_id, samples_to_ms(seg.start), samples_to_ms(seg.end), cause)
+        )
         if seg.discarded:
             # Too short to be speech: answer the speech_started without a decode.
             request = self._request(seg, RequestKind.FINAL, np.zeros(0, np.float32), now)
             self._owed[seg.utt_id] = self._final_event(
-                seg.utt_id, seg.start, request, empty_transcript(options.itn), end=seg.end
+                seg.utt_id,
+                seg.start,
+                request,
+                empty_transcript(self._options.itn),
+                end=seg.end,
             )
             return
         if self._early_decode_is_final(utt, seg, now):
@@ -326,7 +395,7 @@ class Session:
         utt_id = self._segmenter.open_utt_id
         start = self._segmenter.open_start
         early_ms = self._config.early_final_ms
-        if utt_id is None or start is None or early_ms == 0:
+        if utt_id is None or start is None or early_ms == 0 or not self._options.turns.vad:
             return False
         end = self._vad.pending_end()
         utt = self._utts.get(utt_id)
@@ -414,13 +483,15 @@ class Session:
             del self._owed[utt_id]
             self._utts.pop(utt_id, None)
         if self._stopped and not self._owed and not self._end_sent:
-            self._events.append(End())
+            self._events.append(Ended())
             self._end_sent = True
 
     def _decode_options(self) -> DecodeOptions:
-        start = self._start or StartMessage()
-        return DecodeOptions(language=start.language, itn=start.itn)
+        return DecodeOptions(language=self._options.language, itn=self._options.itn)
 
     def _toggle(self, name: str) -> bool:
-        start = self._start or StartMessage()
-        return bool(getattr(start, name))
+        return bool(getattr(self._options, name))
+
+
+def _name(command: Command) -> str:
+    return type(command).__name__.lower()

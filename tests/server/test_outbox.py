@@ -8,7 +8,7 @@ import pytest
 
 from engine.types import Transcript
 from server.outbox import Outbox, OutboxOverflowError
-from streaming.messages import End, Final, Partial
+from streaming.events import Ended, Final, Partial
 
 
 def partial(utt: int, text: str) -> Partial:
@@ -37,10 +37,10 @@ def test_final_removes_its_unsent_partial_and_keeps_order() -> None:
         box = Outbox()
         box.put(partial(0, "a"))
         box.put(final(0))
-        box.put(End())
+        box.put(Ended())
         return [await box.get() for _ in range(len(box))]
 
-    assert [type(e) for e in asyncio.run(main())] == [Final, End]
+    assert [type(e) for e in asyncio.run(main())] == [Final, Ended]
 
 
 def test_bound_on_pending_finals() -> None:
@@ -57,7 +57,7 @@ def test_get_waits_for_an_event() -> None:
         waiter = asyncio.create_task(box.get())
         await asyncio.sleep(0)
         assert not waiter.done()
-        box.put(End())
+        box.put(Ended())
         return await asyncio.wait_for(waiter, 1)
 
-    assert isinstance(asyncio.run(main()), End)
+    assert isinstance(asyncio.run(main()), Ended)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
 from engine.types import InferenceRequest, InferenceResult, RequestKind, Token, Transcript
+from streaming.errors import ProtocolError
+from streaming.limits import SessionLimits
+from streaming.protocols.v1 import V1Codec
+from streaming.session import Session
 from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 
 FRAME = 160  # 10 ms at 16 kHz
@@ -125,3 +130,32 @@ def words_between(begin_ms: int, end_ms: int) -> str:
     """What a whole decode of stream ms [begin_ms, end_ms) says under `word_transcript`."""
     ks = [k for k in range(end_ms // WORD_MS + 1) if begin_ms <= k * WORD_MS + 50]
     return " ".join(f"w{k}" for k in ks if k * WORD_MS + 250 <= end_ms)
+
+
+class V1Session:
+    """A Session driven through the real protocol v1 codec, as one connection drives it.
+
+    Streaming tests speak v1 text and bytes; what a codec adds (its frame limits, the
+    start-once rule, close codes) is then part of what they check.
+    """
+
+    def __init__(self, session: Session, limits: SessionLimits | None = None) -> None:
+        self.session = session
+        self.codec = V1Codec(limits or SessionLimits())
+        self.close_code: int | None = None
+
+    def receive_text(self, text: str, now: float) -> None:
+        for command in self.codec.decode(text):
+            self.session.handle(command, now)
+
+    def receive_audio(self, data: bytes, now: float) -> None:
+        for command in self.codec.decode(data):
+            self.session.handle(command, now)
+
+    def abort(self, error: ProtocolError, now: float) -> None:
+        if self.close_code is None:
+            self.close_code = self.codec.close_code(error)
+        self.session.abort(error, now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)

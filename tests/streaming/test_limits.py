@@ -7,7 +7,7 @@ import pytest
 from streaming.errors import FrameTooLargeError, RateExceededError, SessionLimitError
 from streaming.limits import RateMeter, SessionLimits
 from streaming.session import Session, SessionConfig
-from tests.streaming.fakes import EnergyVadModel
+from tests.streaming.fakes import EnergyVadModel, V1Session
 
 SECOND = 16000
 
@@ -39,7 +39,7 @@ def test_frame_size_limits() -> None:
 
 
 def session(limits: SessionLimits) -> Session:
-    return Session("s", SessionConfig(limits=limits), EnergyVadModel())
+    return V1Session(Session("s", SessionConfig(limits=limits), EnergyVadModel()), limits)
 
 
 def test_session_enforces_rate_by_pace() -> None:

@@ -11,13 +11,16 @@ import pytest
 
 from engine.types import InferenceRequest, InferenceResult, RequestKind
 from streaming.errors import InvalidAudioError, StateError, UnknownMessageTypeError
-from streaming.messages import End, ErrorEvent, Final, Partial, Ready, SpeechStarted, dump_event
+from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, Partial, SpeechStarted
+from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
+from streaming.protocols.v1 import V1Codec, dump_event, ready_config
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig, common_prefix
 from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import (
     EnergyVadModel,
+    V1Session,
     answer,
     final_requests,
     word_transcript,
@@ -39,7 +42,7 @@ def tone_bursts(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarra
 
 def make_session(**overrides: object) -> Session:
     config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0), **overrides)  # type: ignore[arg-type]
-    return Session("s1", config, EnergyVadModel())
+    return V1Session(Session("s1", config, EnergyVadModel()))
 
 
 def run(session: Session, data: bytes, chunk: int, answer_now: bool = True) -> list:
@@ -62,6 +65,12 @@ def serve(session: Session, answer_now: bool) -> list[InferenceRequest]:
     return requests
 
 
+def wire(events: list) -> list[dict]:
+    """The events as protocol v1 messages, parsed back."""
+    codec = V1Codec(SessionLimits())
+    return [json.loads(frame) for e in events for frame in codec.encode(e)]
+
+
 def finals(events: list) -> list[Final]:
     return [e for e in events if isinstance(e, Final)]
 
@@ -69,15 +78,15 @@ def finals(events: list) -> list[Final]:
 def test_implicit_start_then_speech_started_and_finals() -> None:
     audio = tone_bursts([(0.5, 2.0), (3.0, 4.5)], 6.0)
     events = run(make_session(), to_s16le(audio), 3200)
-    assert isinstance(events[0], Ready)
-    assert events[0].config["sample_rate"] == 16000
+    assert isinstance(events[0], Configured)
+    assert ready_config(events[0])["sample_rate"] == 16000
     assert [type(e) for e in events if isinstance(e, SpeechStarted | Final)] == [
         SpeechStarted,
         Final,
         SpeechStarted,
         Final,
     ]
-    assert isinstance(events[-1], End)
+    assert isinstance(events[-1], Ended)
     first, second = finals(events)
     assert first.start_ms == 500 and abs(first.end_ms - 2000) <= 10
     assert second.start_ms == 3000
@@ -119,7 +128,7 @@ def test_final_audio_is_the_exact_source_slice() -> None:
 def test_long_speech_is_cut_contiguously() -> None:
     audio = tone_bursts([(0.2, 9.7)], 10.0)
     config = SegmenterConfig(max_segment_ms=3000, preroll_ms=0)
-    session = Session("s", SessionConfig(segmenter=config), EnergyVadModel())
+    session = V1Session(Session("s", SessionConfig(segmenter=config), EnergyVadModel()))
     requests = final_requests(collect_requests(session, to_s16le(audio), 1600))
     assert len(requests) >= 3
     for a, b in itertools.pairwise(requests):
@@ -136,7 +145,7 @@ def test_end_of_stream_mid_speech_gives_a_final() -> None:
     events = run(make_session(), to_s16le(audio), 1600)
     assert len(finals(events)) == 1
     assert finals(events)[0].end_ms == 2000
-    assert isinstance(events[-1], End)
+    assert isinstance(events[-1], Ended)
 
 
 def test_partials_arrive_during_speech_and_late_ones_are_dropped() -> None:
@@ -202,7 +211,7 @@ def test_finals_are_delivered_in_utterance_order() -> None:
         session.receive_result(answer(r), now=2.0)
     events = session.events_to_send()
     assert [e.utt_id for e in finals(events)] == [0, 1, 2]
-    assert isinstance(events[-1], End)
+    assert isinstance(events[-1], Ended)
 
 
 def test_engine_error_on_a_final_is_reported_and_the_stream_still_ends() -> None:
@@ -211,9 +220,12 @@ def test_engine_error_on_a_final_is_reported_and_the_stream_still_ends() -> None
     (request,) = final_requests(collect_requests(session, to_s16le(audio), 1600))
     session.receive_result(InferenceResult(request, None, "out_of_memory", "too big"), now=1.0)
     events = session.events_to_send()
-    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    errors = [e for e in events if isinstance(e, Failed)]
     assert errors and errors[0].code == "out_of_memory"
-    assert isinstance(events[-1], End)
+    # On the v1 wire a failed utterance is an `error` in the final's place, as it always was.
+    (error,) = [m for m in wire(events) if m["type"] == "error"]
+    assert error["code"] == "out_of_memory" and "could not be decoded" in error["message"]
+    assert isinstance(events[-1], Ended)
 
 
 def test_protocol_state_errors() -> None:
@@ -241,7 +253,7 @@ def test_abort_reports_error_and_still_delivers_owed_finals() -> None:
     events = session.events_to_send()
     kinds = [type(e) for e in events]
     assert ErrorEvent in kinds and Final in kinds
-    assert isinstance(events[-1], End)
+    assert isinstance(events[-1], Ended)
     assert session.close_code == InvalidAudioError.close_code
     assert session.finished
 
@@ -333,9 +345,9 @@ def test_a_failed_early_decode_that_is_the_final_is_reported() -> None:
     session.receive_text('{"type":"stop"}', now=4.0)
     session.receive_result(InferenceResult(early, None, "backend_error", "boom"), now=4.1)
     events = session.events_to_send()
-    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    errors = [e for e in events if isinstance(e, Failed)]
     assert [e.code for e in errors] == ["backend_error"]
-    assert isinstance(events[-1], End)
+    assert isinstance(events[-1], Ended)
 
 
 def test_results_are_matched_by_request_id_not_by_object() -> None:
@@ -351,5 +363,5 @@ def test_results_are_matched_by_request_id_not_by_object() -> None:
         assert copy is not r
         remote.receive_result(answer(copy), now=2.0)
     expected, got = local.events_to_send(), remote.events_to_send()
-    assert [dump_event(e) for e in got] == [dump_event(e) for e in expected]
-    assert len(finals(got)) == 2 and isinstance(got[-1], End)
+    assert wire(got) == wire(expected)
+    assert len(finals(got)) == 2 and isinstance(got[-1], Ended)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from streaming.errors import ProtocolError
 from streaming.session import Session, SessionConfig
-from tests.streaming.fakes import EnergyVadModel, answer
+from tests.streaming.fakes import EnergyVadModel, V1Session, answer
 
 start_messages = st.fixed_dictionaries(
     {"type": st.just("start")},
@@ -34,7 +34,7 @@ frames = st.one_of(texts, st.binary(max_size=4000))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(frames, max_size=25))
 def test_any_frame_sequence_raises_only_protocol_errors(sequence: list[str | bytes]) -> None:
-    session = Session("fuzz", SessionConfig(), EnergyVadModel())
+    session = V1Session(Session("fuzz", SessionConfig(), EnergyVadModel()))
     events: list[object] = []
     now = 0.0
     for frame in sequence:
@@ -55,5 +55,5 @@ def test_any_frame_sequence_raises_only_protocol_errors(sequence: list[str | byt
     for request in session.requests_to_submit():
         session.receive_result(answer(request), now)
     events += session.events_to_send()
-    assert session.finished and type(events[-1]).__name__ == "End"
-    assert sum(type(e).__name__ == "End" for e in events) == 1
+    assert session.finished and type(events[-1]).__name__ == "Ended"
+    assert sum(type(e).__name__ == "Ended" for e in events) == 1

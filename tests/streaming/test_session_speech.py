@@ -11,14 +11,14 @@ import pytest
 import soundfile as sf
 
 from engine.types import InferenceRequest, RequestKind
-from streaming.messages import Final
+from streaming.events import Final
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from streaming.vad_fsmn import FsmnVadModel
 from streaming.vad_types import VadModel
 from streaming.vad_webrtc import WebrtcVadModel
 from tests.speech import Clip, chunks, energy_regions, long_speech, three_sentences, to_s16le
-from tests.streaming.fakes import answer, final_requests
+from tests.streaming.fakes import V1Session, answer, final_requests
 
 SR = 16000
 TOLERANCE = 300 * SR // 1000
@@ -43,7 +43,7 @@ def stream(
     bytes_per_s: int = 32000,
 ) -> tuple[list[InferenceRequest], list[Final]]:
     """Feed a whole stream, answering every request; return all requests and the finals."""
-    session = Session("t", config or SessionConfig(), vad)
+    session = V1Session(Session("t", config or SessionConfig(), vad))
     if start:
         session.receive_text(start, now=0.0)
     requests: list[InferenceRequest] = []

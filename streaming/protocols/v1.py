@@ -1,15 +1,39 @@
-"""Protocol v1 wire messages: parse and validate client text, dump server events as JSON."""
+"""Protocol v1, SenseStream's own: JSON text control messages and binary audio frames.
+
+Its frame limits (a 4 KiB text frame by default) and close codes are this codec's, not
+the session core's.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from engine.types import LANGUAGES, Transcript
 from streaming.audio import AudioFormat
-from streaming.errors import InvalidFieldError, MalformedMessageError, UnknownMessageTypeError
+from streaming.commands import CLIENT_LANGUAGES, Audio, Command, Configure, Stop, StreamOptions
+from streaming.errors import (
+    InvalidFieldError,
+    MalformedMessageError,
+    ProtocolError,
+    StateError,
+    UnknownMessageTypeError,
+)
+from streaming.events import (
+    Cleared,
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Partial,
+    SessionEvent,
+    SpeechStarted,
+    SpeechStopped,
+)
+from streaming.limits import SessionLimits
+from streaming.protocols.base import Frame
 
 PROTOCOL_VERSION = 1
 
@@ -32,6 +56,18 @@ class StartMessage:
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in START_FIELDS}
 
+    def to_command(self) -> Configure:
+        options = StreamOptions(
+            self.language,
+            self.itn,
+            self.partials,
+            self.emotion,
+            self.event,
+            self.timestamps,
+            self.pace,
+        )
+        return Configure(AudioFormat(self.encoding, self.sample_rate, self.channels), options)
+
 
 @dataclass(frozen=True, slots=True)
 class StopMessage:
@@ -53,8 +89,7 @@ START_FIELDS: Mapping[str, type] = {
     "pace": str,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
-    # nospeech is a model prompt, not a language a client may ask for.
-    "language": LANGUAGES[:-1],
+    "language": CLIENT_LANGUAGES,
     # A live client is held to real time (with a burst); a replay may go much faster.
     "pace": ("live", "replay"),
 }
@@ -108,62 +143,23 @@ def _reject_unknown(obj: Mapping[str, Any], known: tuple[str, ...], kind: str) -
         raise InvalidFieldError(f"unknown field(s) in {kind}: {', '.join(unknown)}")
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
-    session_id: str
-    config: Mapping[str, Any]
-    model: str
-    test_model: bool
+def ready_config(event: Configured) -> dict[str, Any]:
+    """The effective start fields, as `ready.config` reports them."""
+    audio, options = event.audio, event.options
+    values = {
+        "sample_rate": audio.sample_rate,
+        "encoding": audio.encoding,
+        "channels": audio.channels,
+    }
+    return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 
 
-@dataclass(frozen=True, slots=True)
-class SpeechStarted:
-    utt_id: int
-    start_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    utt_id: int
-    start_ms: int
-    end_ms: int
-    text: str
-    stable_chars: int
-    tags: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Final:
-    utt_id: int
-    start_ms: int
-    end_ms: int
-    transcript: Transcript
-    show: Mapping[str, bool] = field(default_factory=dict)
-    # Stream position when the VAD closed the utterance: decided_ms - end_ms is the VAD's
-    # end-silence, and what follows it is engine and transport latency.
-    decided_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorEvent:
-    code: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class End:
-    """Every owed final has been sent; the server closes next."""
-
-
-ServerEvent = Ready | SpeechStarted | Partial | Final | ErrorEvent | End
-
-
-def event_to_dict(event: ServerEvent) -> dict[str, Any]:
-    """The JSON object for one server event; every event carries `"v": 1`."""
+def event_to_dict(event: SessionEvent) -> dict[str, Any] | None:
+    """The JSON object for one event (None for events v1 does not carry); all carry `"v": 1`."""
     head: dict[str, Any] = {"v": PROTOCOL_VERSION}
     match event:
-        case Ready():
-            head.update(type="ready", session_id=event.session_id, config=dict(event.config))
+        case Configured():
+            head.update(type="ready", session_id=event.session_id, config=ready_config(event))
             head.update(model=event.model, test_model=event.test_model)
         case SpeechStarted():
             head.update(type="speech_started", utt_id=event.utt_id, start_ms=event.start_ms)
@@ -173,10 +169,12 @@ def event_to_dict(event: ServerEvent) -> dict[str, Any]:
             head.update(event.tags)
         case Final():
             head.update(_final_fields(event))
-        case ErrorEvent():
+        case ErrorEvent() | Failed():
             head.update(type="error", code=event.code, message=event.message)
-        case End():
+        case Ended():
             head.update(type="end")
+        case SpeechStopped() | Cleared():
+            return None
     return head
 
 
@@ -210,6 +208,56 @@ def _final_fields(event: Final) -> dict[str, Any]:
     return out
 
 
-def dump_event(event: ServerEvent) -> str:
-    """Serialise an event as one compact JSON text frame."""
-    return json.dumps(event_to_dict(event), ensure_ascii=False, separators=(",", ":"))
+def dump(obj: Mapping[str, Any]) -> str:
+    """One compact JSON text frame."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+class V1Codec:
+    """Protocol v1 for one connection: an optional `start`, binary audio, `stop`."""
+
+    def __init__(self, limits: SessionLimits) -> None:
+        self._limits = limits
+        self._started = False  # a start or audio has arrived: start may not come again
+
+    @property
+    def max_message_bytes(self) -> int:
+        # A hard cap for the library; the limits below answer with an error event first.
+        return 4 * max(self._limits.max_frame_bytes, self._limits.max_text_bytes)
+
+    def opening(self) -> Sequence[Command]:
+        return ()
+
+    def decode(self, message: Frame) -> Sequence[Command]:
+        if isinstance(message, bytes):
+            self._limits.check_frame(len(message), binary=True)
+            self._started = True
+            return (Audio(message),)
+        limit = self._limits.max_text_bytes
+        size = len(message) if len(message) > limit else len(message.encode())
+        self._limits.check_frame(size, binary=False)
+        parsed = parse_client_text(message)
+        if isinstance(parsed, StopMessage):
+            return (Stop(),)
+        if self._started:
+            raise StateError("start may only be sent once, before any audio")
+        self._started = True
+        return (parsed.to_command(),)
+
+    def encode(self, event: SessionEvent) -> Sequence[Frame]:
+        obj = event_to_dict(event)
+        return () if obj is None else (dump(obj),)
+
+    def is_fatal(self, error: ProtocolError) -> bool:
+        return True
+
+    def close_code(self, error: ProtocolError) -> int:
+        return error.close_code
+
+
+def dump_event(event: SessionEvent) -> str:
+    """Serialise an event v1 carries as one compact JSON text frame."""
+    obj = event_to_dict(event)
+    if obj is None:
+        raise ValueError(f"protocol v1 has no message for {type(event).__name__}")
+    return dump(obj)

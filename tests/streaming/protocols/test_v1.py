@@ -9,21 +9,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.types import Token, Transcript
+from streaming.audio import AudioFormat
+from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.errors import (
+    FrameTooLargeError,
     InvalidFieldError,
     MalformedMessageError,
     ProtocolError,
+    StateError,
     UnknownMessageTypeError,
 )
-from streaming.messages import (
-    End,
+from streaming.events import (
+    Cleared,
+    Configured,
+    Ended,
     ErrorEvent,
+    Failed,
     Final,
     Partial,
-    Ready,
     SpeechStarted,
+    SpeechStopped,
+    StopCause,
+)
+from streaming.limits import SessionLimits
+from streaming.protocols.v1 import (
     StartMessage,
     StopMessage,
+    V1Codec,
     dump_event,
     parse_client_text,
 )
@@ -100,12 +112,12 @@ def test_events_carry_version_and_type() -> None:
         (Token(5, " hi", 0, 120), Token(6, " there", 120, 300)),
     )
     events = [
-        Ready("s1", StartMessage().to_dict(), "SenseVoiceSmall", False),
+        Configured("s1", AudioFormat(), StreamOptions(), "SenseVoiceSmall", False),
         SpeechStarted(0, 1200),
         Partial(0, 1200, 1800, "hi", 0, {"lang": "en"}),
         Final(0, 1200, 1600, transcript, {"emotion": True, "event": True, "timestamps": True}),
         ErrorEvent("invalid_audio", "NaN"),
-        End(),
+        Ended(),
     ]
     wire = [json.loads(dump_event(e)) for e in events]
     assert [w["type"] for w in wire] == [
@@ -124,4 +136,56 @@ def test_events_carry_version_and_type() -> None:
         {"text": " there", "start_ms": 1320, "end_ms": 1500},
     ]
     assert final["emotion"] == "happy" and final["rich_text"] == "hi there😊"
-    assert wire[0]["config"]["sample_rate"] == 16000
+    assert wire[0]["config"] == StartMessage().to_dict()
+
+
+def codec(**limits: int) -> V1Codec:
+    return V1Codec(SessionLimits(**limits))  # type: ignore[arg-type]
+
+
+def test_codec_turns_messages_into_commands() -> None:
+    c = codec()
+    start = '{"type":"start","sample_rate":8000,"encoding":"mulaw","language":"en","pace":"replay"}'
+    (configure,) = c.decode(start)
+    assert configure == Configure(
+        AudioFormat("mulaw", 8000, 1), StreamOptions(language="en", pace="replay")
+    )
+    assert c.decode(b"\x01\x02") == (Audio(b"\x01\x02"),)
+    assert c.decode('{"type":"stop"}') == (Stop(),)
+
+
+def test_codec_allows_start_only_once_and_only_before_audio() -> None:
+    c = codec()
+    c.decode('{"type":"start"}')
+    with pytest.raises(StateError):
+        c.decode('{"type":"start"}')
+    late = codec()
+    late.decode(b"\x00\x00")
+    with pytest.raises(StateError):
+        late.decode('{"type":"start"}')
+
+
+def test_codec_owns_the_frame_limits_and_close_codes() -> None:
+    c = codec(max_frame_bytes=2048, max_text_bytes=256)
+    with pytest.raises(FrameTooLargeError) as big_audio:
+        c.decode(b"\x00" * 2049)
+    with pytest.raises(FrameTooLargeError):
+        c.decode('{"type":"start"}' + " " * 300)
+    # Multi-byte characters count as bytes, not characters.
+    with pytest.raises(FrameTooLargeError):
+        c.decode('{"type":"start","x":"' + "é" * 130 + '"}')
+    assert c.close_code(big_audio.value) == 1009 and c.is_fatal(big_audio.value)
+    assert c.max_message_bytes == 4 * 2048
+
+
+def test_codec_stays_silent_on_events_v1_has_no_message_for() -> None:
+    c = codec()
+    assert c.encode(SpeechStopped(0, 0, 100, StopCause.VAD)) == ()
+    assert c.encode(Cleared(0)) == ()
+    (failed,) = c.encode(Failed(3, 0, 100, "backend_error", "boom"))
+    assert json.loads(failed) == {
+        "v": 1,
+        "type": "error",
+        "code": "backend_error",
+        "message": "boom",
+    }

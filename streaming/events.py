@@ -1,0 +1,111 @@
+"""Neutral events: what the session core emits and every codec encodes its own way."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.types import Transcript
+from streaming.audio import AudioFormat
+from streaming.commands import StreamOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Configured:
+    """The stream's effective configuration (first at start, again after each change)."""
+
+    session_id: str
+    audio: AudioFormat
+    options: StreamOptions
+    model: str
+    test_model: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    utt_id: int
+    start_ms: int
+
+
+class StopCause(enum.Enum):
+    VAD = "vad"  # the pause lasted
+    COMMIT = "commit"  # the client ended the turn
+    MAX_LENGTH = "max_length"  # a forced cut of long speech
+    END_OF_STREAM = "end_of_stream"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    """An utterance closed; its final (or failure) follows."""
+
+    utt_id: int
+    start_ms: int
+    end_ms: int
+    cause: StopCause
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    utt_id: int
+    start_ms: int
+    end_ms: int
+    text: str
+    stable_chars: int  # this many leading characters agree with the previous partial
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    utt_id: int
+    start_ms: int
+    end_ms: int
+    transcript: Transcript
+    show: Mapping[str, bool] = field(default_factory=dict)
+    # Stream position when the VAD closed the utterance: decided_ms - end_ms is the VAD's
+    # end-silence, and what follows it is engine and transport latency.
+    decided_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """An utterance that could not be decoded; it takes its final's place in order."""
+
+    utt_id: int
+    start_ms: int
+    end_ms: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """The open utterance (if any) was dropped at the client's request."""
+
+    utt_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """A client error, or the server refusing or dropping the session."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Every owed final has been sent; the server closes next."""
+
+
+SessionEvent = (
+    Configured
+    | SpeechStarted
+    | SpeechStopped
+    | Partial
+    | Final
+    | Failed
+    | Cleared
+    | ErrorEvent
+    | Ended
+)

@@ -1,0 +1,1 @@
+"""Sans-I/O wire-protocol codecs over the neutral session core."""

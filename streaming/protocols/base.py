@@ -1,0 +1,45 @@
+"""What the server needs of a protocol codec: messages to commands, events to messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from streaming.commands import Command
+from streaming.errors import ProtocolError
+from streaming.events import SessionEvent
+
+#: A WebSocket message: str goes as a text frame, bytes as a binary frame.
+Frame = str | bytes
+
+
+class Codec(Protocol):
+    """One connection's translator between a wire protocol and the session core.
+
+    Codecs are stateful per connection (item ids, text already sent) and never do I/O.
+    """
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The WebSocket library's hard cap for one incoming message on this route."""
+        ...
+
+    def opening(self) -> Sequence[Command]:
+        """Commands implied by the connection itself, before any client message."""
+        ...
+
+    def decode(self, message: Frame) -> Sequence[Command]:
+        """One client message as commands; raises ProtocolError for a bad one."""
+        ...
+
+    def encode(self, event: SessionEvent) -> Sequence[Frame]:
+        """The messages that carry one event to this client (possibly none)."""
+        ...
+
+    def is_fatal(self, error: ProtocolError) -> bool:
+        """Whether this protocol ends the stream on the error, or reports it and goes on."""
+        ...
+
+    def close_code(self, error: ProtocolError) -> int:
+        """The WebSocket close code that ends a stream after this client error."""
+        ...
