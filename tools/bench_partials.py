@@ -27,6 +27,7 @@ from engine.types import (
     Token,
     Transcript,
 )
+from streaming.commands import Audio
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
@@ -82,7 +83,7 @@ def partial_requests(policy: PartialPolicy, seconds: float) -> list[InferenceReq
     frame = np.zeros(SAMPLE_RATE // 10, np.int16).tobytes()
     requests: list[InferenceRequest] = []
     for i in range(int(seconds * 10)):
-        session.receive_audio(frame, now=i / 10)
+        session.handle(Audio(frame), now=i / 10)
         for request in session.requests_to_submit():
             requests.append(request)
             session.receive_result(InferenceResult(request, words(request)), now=i / 10)
