@@ -36,7 +36,7 @@ from server.models import choose_model, tuning_folder
 from server.routes import split_path, websocket_routes
 from streaming.errors import ServerFullError
 from streaming.events import ErrorEvent
-from streaming.protocols.base import Codec
+from streaming.protocols.base import Codec, Handshake
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
@@ -276,7 +276,10 @@ class App:
         if route is not None:
             refusal = self._admit_websocket(request)
             if refusal is None:
-                codec = route.make_codec(query, self.config.limits.session_limits())
+                handshake = Handshake(
+                    query, {k.lower(): v for k, v in request.headers.raw_items()}
+                )
+                codec = route.make_codec(handshake, self.config.limits.session_limits())
                 connection.protocol.max_message_size = codec.max_message_bytes
                 self._codecs[connection] = codec
             return refusal

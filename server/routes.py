@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from streaming.limits import SessionLimits
-from streaming.protocols.base import Codec
+from streaming.protocols.base import Codec, Handshake
 from streaming.protocols.v1 import V1Codec
 
 Query = Mapping[str, list[str]]
@@ -19,10 +19,10 @@ class WebSocketRoute:
 
     path: str
     protocol: str
-    make_codec: Callable[[Query, SessionLimits], Codec]
+    make_codec: Callable[[Handshake, SessionLimits], Codec]
 
 
-def _v1(query: Query, limits: SessionLimits) -> Codec:
+def _v1(handshake: Handshake, limits: SessionLimits) -> Codec:
     return V1Codec(limits)
 
 

@@ -43,6 +43,9 @@ class StreamOptions:
     timestamps: bool = True
     pace: str = "live"  # a live client is held to real time; a replay may go much faster
     turns: TurnDetection = field(default_factory=TurnDetection)
+    # Accepted and reported back, but not yet used in decoding (no biasing exists yet).
+    hotwords: tuple[str, ...] = ()
+    prompt: str = ""
 
     def __post_init__(self) -> None:
         if self.language not in CLIENT_LANGUAGES:

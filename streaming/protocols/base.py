@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from streaming.commands import Command
@@ -11,6 +12,19 @@ from streaming.events import SessionEvent
 
 #: A WebSocket message: str goes as a text frame, bytes as a binary frame.
 Frame = str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    """What a codec may learn from the opening request: its query and headers."""
+
+    query: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+
+    def param(self, name: str) -> str | None:
+        """The first value of a query parameter, or None."""
+        values = self.query.get(name)
+        return values[0] if values else None
 
 
 class Codec(Protocol):
