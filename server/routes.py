@@ -8,6 +8,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Codec, Handshake
+from streaming.protocols.funasr import FunasrCodec
+from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
 from streaming.protocols.v1 import V1Codec
 
 Query = Mapping[str, list[str]]
@@ -26,9 +28,17 @@ def _v1(handshake: Handshake, limits: SessionLimits) -> Codec:
     return V1Codec(limits)
 
 
+def _funasr(handshake: Handshake, limits: SessionLimits) -> Codec:
+    return FunasrCodec(limits)
+
+
 def websocket_routes() -> dict[str, WebSocketRoute]:
     """Every streaming endpoint, by path."""
-    routes = (WebSocketRoute("/ws", "v1", _v1),)
+    routes = (
+        WebSocketRoute("/ws", "v1", _v1),
+        WebSocketRoute("/funasr", "funasr", _funasr),
+        WebSocketRoute("/v1/realtime", "openai-realtime", OpenAIRealtimeCodec),
+    )
     return {route.path: route for route in routes}
 
 
