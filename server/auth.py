@@ -5,9 +5,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
-from websockets.http11 import Request
+from starlette.requests import HTTPConnection
 
 
 def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
@@ -26,14 +25,14 @@ def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
     return tuple(k.encode() for k in keys)
 
 
-def presented_token(request: Request) -> bytes | None:
+def presented_token(request: HTTPConnection) -> bytes | None:
     """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers)."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip().encode()
-    tokens = parse_qs(urlsplit(request.path).query).get("token")
-    return tokens[0].encode() if tokens else None
+    token = request.query_params.get("token")
+    return token.encode() if token else None
 
 
 def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
@@ -46,7 +45,7 @@ def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
     return found
 
 
-def origin_allowed(request: Request, allowed: tuple[str, ...]) -> bool:
+def origin_allowed(request: HTTPConnection, allowed: tuple[str, ...]) -> bool:
     """No allowlist means any origin; otherwise a browser's Origin header must be listed.
 
     Non-browser clients send no Origin; they are held to the API key instead.
