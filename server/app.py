@@ -377,9 +377,7 @@ class App:
             {k.lower(): v for k, v in websocket.headers.items()},
         )
         codec = route.make_codec(handshake, self.config.limits.session_limits())
-        offered = websocket.scope.get("subprotocols") or []
-        # FunASR's clients ask for "binary"; everyone else may offer nothing (or anything).
-        await websocket.accept("binary" if "binary" in offered else None)
+        await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
         port = SocketPort(websocket)
         over = self._over_capacity(port.peer)
         if over is not None:
@@ -433,6 +431,15 @@ class App:
             limit = self.config.limits.max_sessions_per_ip
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
+
+
+#: Subprotocols clients insist on: FunASR's clients ask for "binary", OpenAI's browser
+#: clients for "realtime" (a browser drops a socket whose server picks none it offered).
+SUBPROTOCOLS = ("binary", "realtime")
+
+
+def choose_subprotocol(offered: list[str]) -> str | None:
+    return next((name for name in SUBPROTOCOLS if name in offered), None)
 
 
 #: The longest /readyz long poll.

@@ -25,14 +25,25 @@ def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
     return tuple(k.encode() for k in keys)
 
 
+#: OpenAI's browser clients carry the key as a WebSocket subprotocol with this prefix.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
 def presented_token(request: HTTPConnection) -> bytes | None:
-    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers)."""
+    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers),
+    else OpenAI's browser subprotocol `openai-insecure-api-key.<key>`."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip().encode()
     token = request.query_params.get("token")
-    return token.encode() if token else None
+    if token:
+        return token.encode()
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    for name in (part.strip() for part in offered.split(",")):
+        if name.startswith(KEY_SUBPROTOCOL) and len(name) > len(KEY_SUBPROTOCOL):
+            return name[len(KEY_SUBPROTOCOL) :].encode()
+    return None
 
 
 def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
