@@ -32,10 +32,15 @@ class SchedulerConfig:
     max_wait_ms: float = 20.0
     partial_stale_ms: float = 3000.0
     max_queued_partials: int = 512
+    # Background (file) batches stay small: a live request that arrives while one runs
+    # waits for it, so its length bounds what a file upload can add to live latency.
+    max_background_batch: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= 256:
             raise ValueError("max_batch must be within 1..256")
+        if not 1 <= self.max_background_batch <= self.max_batch:
+            raise ValueError("max_background_batch must be within 1..max_batch")
         if self.max_wait_ms < 0 or self.partial_stale_ms <= 0:
             raise ValueError("max_wait_ms must be >= 0 and partial_stale_ms > 0")
 
@@ -108,6 +113,7 @@ class Scheduler:
         self._finals: list[_Queued] = []  # sorted by arrival
         self._partials: dict[Key, _Queued] = {}  # insertion order is arrival order
         self._retry: deque[tuple[InferenceRequest, ...]] = deque()
+        self._background: deque[_Queued] = deque()  # whole files, first come first served
         self._rejected: list[InferenceRequest] = []
         self._seq = 0
         self.stats = SchedulerStats()
@@ -128,6 +134,9 @@ class Scheduler:
     def submit(self, request: InferenceRequest, now: float) -> list[InferenceRequest]:
         """Queue a request; returns the partials it made redundant (dropped)."""
         item = self._queued(request)
+        if request.kind is RequestKind.BACKGROUND:
+            self._background.append(item)
+            return []
         if request.kind.urgent:
             bisect.insort(self._finals, item)
             old = self._partials.pop(request.key, None)
@@ -164,6 +173,8 @@ class Scheduler:
             if rest:
                 kept.append(rest)
         self._retry = kept
+        gone += [q.request for q in self._background if q.request.session_id == session_id]
+        self._background = deque(q for q in self._background if q.request.session_id != session_id)
         return gone
 
     def drop_stale(self, now: float) -> list[InferenceRequest]:
@@ -177,11 +188,14 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        return len(self._finals) + len(self._partials) + sum(len(g) for g in self._retry)
+        live = len(self._finals) + len(self._partials)
+        return live + sum(len(g) for g in self._retry) + len(self._background)
 
     def next_wakeup(self) -> float | None:
         """When the oldest queued request's wait runs out (None when nothing is queued)."""
         oldest = self._oldest_arrival()
+        if oldest is None and self._background:
+            return self._background[0].arrival  # due now: nothing live is waiting
         return None if oldest is None else oldest + self.config.max_wait_ms / 1000
 
     def next_batch(self, now: float, device: int = 0) -> Batch | None:
@@ -193,7 +207,7 @@ class Scheduler:
                 return batch  # retries first; fresh work once none is left
         oldest = self._oldest_arrival()
         if oldest is None:
-            return None
+            return self._form_background(now, device) if self._background else None
         full = len(self._finals) + len(self._partials) >= self.config.max_batch
         if not full and now < oldest + self.config.max_wait_ms / 1000:
             return None
@@ -279,6 +293,31 @@ class Scheduler:
         if allocation is None:
             return None
         self._remove(chosen)
+        return self._batch([q.request for q in chosen], allocation, now, device=device)
+
+    def _form_background(self, now: float, device: int) -> Batch | None:
+        """File utterances in arrival order, when no live request waits."""
+        budget = self.budgets[device]
+        chosen: list[_Queued] = []
+        size = 0
+        for q in list(self._background)[: self.config.max_background_batch]:
+            frames = max([q.frames, *(c.frames for c in chosen)])
+            need = self.cost.bytes(len(chosen) + 1, frames)
+            if need > max(b.total for b in self.budgets) and not chosen:
+                self._background.popleft()  # it can never fit, even alone
+                self._rejected.append(q.request)
+                return None
+            if need > budget.available:
+                break
+            chosen.append(q)
+            size = need
+        if not chosen:
+            return None
+        allocation = budget.allocate(size)
+        if allocation is None:
+            return None
+        for _ in chosen:
+            self._background.popleft()
         return self._batch([q.request for q in chosen], allocation, now, device=device)
 
     def _batch(

@@ -78,11 +78,13 @@ class RequestKind(enum.Enum):
     PARTIAL = "partial"
     FINAL = "final"
     EARLY = "early"
+    # A whole file's utterance: decoded only when no live request waits.
+    BACKGROUND = "background"
 
     @property
     def urgent(self) -> bool:
         """Queued ahead of partials, never dropped or replaced."""
-        return self is not RequestKind.PARTIAL
+        return self in (RequestKind.FINAL, RequestKind.EARLY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,20 +6,16 @@ import asyncio
 import contextlib
 import logging
 import math
-import socket
-import ssl
 import time
 import uuid
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.http11 import Request, Response
-from websockets.typing import Subprotocol
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
 
 from engine.async_engine import AsyncEngine
 from engine.builder import EngineReport, build_engine_parts
@@ -30,19 +26,21 @@ from engine.types import SAMPLE_RATE, RequestKind
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ServerConfig
 from server.connection import Connection
+from server.file_api import FileApi
 from server.http import json_response, response, static_file, text_response, unauthorized
-from server.listen import ListenError, page_url
+from server.listen import page_url
+from server.listener import asgi_server, bind, bound_port, stop
 from server.models import choose_model, tuning_folder
-from server.routes import split_path, websocket_routes
+from server.routes import WebSocketRoute, websocket_routes
+from server.socket_port import SocketPort
+from server.web import main_app, ops_app
 from streaming.errors import ServerFullError
 from streaming.events import ErrorEvent
-from streaming.protocols.base import Codec, Handshake
+from streaming.protocols.base import Handshake
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
 log = logging.getLogger("sensestream.server")
-HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
-OPS_PATHS = HEALTH_PATHS | {"/metrics", "/stats"}
 
 
 @dataclass
@@ -105,12 +103,9 @@ class App:
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
         self.routes = websocket_routes()
-        # A connection's codec, from its handshake (which knows the path) to its handler.
-        self._codecs: weakref.WeakKeyDictionary[ServerConnection, Codec] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.file_api = FileApi(self)
         self.state = "starting"
-        self.server: Server | None = None
+        self.port: int | None = None
         self.started = time.monotonic()
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
@@ -120,55 +115,55 @@ class App:
     async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
         """Listen at once (health answers while loading), load, serve until shutdown.
 
-        Binding comes first, before any model work, so a taken port fails at once with
-        an OSError (every address the host resolves to is bound, as asyncio does).
+        Binding comes first, before any model work, so a taken port fails at once.
         """
-        limits = self.config.limits
-        async with contextlib.AsyncExitStack() as stack:
-            server = await _bound(
-                stack,
-                self.config.listen.host,
-                self.config.listen.port,
-                serve(
-                    self._handle,
-                    self.config.listen.host,
-                    self.config.listen.port,
-                    process_request=self._process_request,
-                    compression=None,  # PCM does not deflate; compression would only cost CPU
-                    # Each route's codec sets its own cap at the handshake (see _admit_websocket).
-                    max_size=64 * 1024,
-                    select_subprotocol=_select_subprotocol,
-                    ssl=self._ssl_context(),
-                    write_limit=limits.send_buffer_bytes or 32 * 1024,
-                    open_timeout=OPEN_TIMEOUT_S,
-                ),
-            )
-            if self.config.listen.metrics_port is not None:
-                ops_host = self.config.listen.metrics_host or self.config.listen.host
-                ops = await _bound(
-                    stack, ops_host, self.config.listen.metrics_port, self._ops_listener(ops_host)
-                )
-                log.info("operational endpoints on %s:%d", ops_host, _port_of(ops))
-            self.server = server
-            port = _port_of(server)
+        listen, limits = self.config.listen, self.config.limits
+        sockets = bind(listen.host, listen.port, limits.send_buffer_bytes)
+        ops_sockets = []
+        if listen.metrics_port is not None:
+            ops_host = listen.metrics_host or listen.host
+            try:
+                ops_sockets = bind(ops_host, listen.metrics_port)
+            except BaseException:
+                for sock in sockets:
+                    sock.close()
+                raise
+            log.info("operational endpoints on %s:%d", ops_host, bound_port(ops_sockets))
+        servers = [(self._asgi_server(main_app(self)), sockets)]
+        if ops_sockets:
+            servers.append((self._asgi_server(ops_app(self)), ops_sockets))
+        tasks = [asyncio.create_task(srv.serve(socks)) for srv, socks in servers]
+        try:
+            self.port = bound_port(sockets)
             log.info(
                 "listening on port %d, page at %s; loading the model (/readyz: 503 until ready)",
-                port,
-                page_url(self.config, port),
+                self.port,
+                page_url(self.config, self.port),
             )
             if on_listening is not None:
-                on_listening(port)
+                on_listening(self.port)
             await self._run_until_stopped()
+        finally:
+            for (srv, _), task in zip(servers, tasks, strict=True):
+                await stop(srv, task)
 
-    def _ops_listener(self, host: str) -> Server:
-        """/metrics, /stats and health on their own address, e.g. a private interface."""
-        return serve(
-            _refuse,
-            host,
-            self.config.listen.metrics_port or 0,
-            process_request=self._process_ops_request,
-            open_timeout=OPEN_TIMEOUT_S,
+    def _asgi_server(self, asgi: Any) -> Any:
+        listen = self.config.listen
+        return asgi_server(
+            asgi,
+            ssl_certfile=listen.certfile,
+            ssl_keyfile=listen.keyfile,
+            ws_max_size=max(
+                route.max_message_bytes(self._limits()) for route in self.routes.values()
+            ),
+            ws_ping_interval=20.0,
+            ws_ping_timeout=20.0,
+            ws_per_message_deflate=False,  # PCM does not deflate; compression only costs CPU
+            timeout_graceful_shutdown=5,
         )
+
+    def _limits(self) -> Any:
+        return self.config.limits.session_limits()
 
     async def _run_until_stopped(self) -> None:
         lag = asyncio.create_task(self._watch_loop_lag())
@@ -259,78 +254,56 @@ class App:
             await asyncio.sleep(0.1)  # a timer, not a poll: its lateness is the measurement
             self.metrics.loop_lag.observe(max(0.0, loop.time() - expected))
 
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.config.listen.certfile is None or self.config.listen.keyfile is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.config.listen.certfile, self.config.listen.keyfile)
-        return context
-
     # ---- HTTP ---------------------------------------------------------------------
 
-    async def _process_request(
-        self, connection: ServerConnection, request: Request
-    ) -> Response | None:
-        path, query = split_path(request.path)
-        route = self.routes.get(path)
-        if route is not None:
-            refusal = self._admit_websocket(request)
-            if refusal is None:
-                handshake = Handshake(
-                    query, {k.lower(): v for k, v in request.headers.raw_items()}
-                )
-                codec = route.make_codec(handshake, self.config.limits.session_limits())
-                connection.protocol.max_message_size = codec.max_message_bytes
-                self._codecs[connection] = codec
+    async def page(self, request: Request) -> Response:
+        return static_file(request.url.path)
+
+    async def healthz(self, request: Request) -> Response:
+        return text_response(200, "ok\n")
+
+    async def readyz(self, request: Request) -> Response:
+        await self._wait_until_ready(request)
+        return self._readyz()
+
+    async def metrics_route(self, request: Request) -> Response:
+        return self._guarded(request) or self._metrics()
+
+    async def stats_route(self, request: Request) -> Response:
+        return self._guarded(request) or json_response(200, self.stats())
+
+    async def stream_probe(self, request: Request) -> Response:
+        refusal = self.refusal(request)
+        if refusal is not None:
             return refusal
-        # Health stays on the serving port (load balancers probe the port they route to);
-        # a separate metrics port takes only /metrics and /stats away from it.
-        if path in HEALTH_PATHS or (path in OPS_PATHS and self.config.listen.metrics_port is None):
-            return await self._ops_route(path, request)
-        return static_file(path)
+        return text_response(
+            426, "upgrade required: this is a WebSocket endpoint\n", {"Upgrade": "websocket"}
+        )
 
-    async def _process_ops_request(
-        self, connection: ServerConnection, request: Request
-    ) -> Response:
-        """The separate metrics listener answers only the operational routes."""
-        path = request.path.split("?", 1)[0]
-        if path in OPS_PATHS:
-            return await self._ops_route(path, request)
-        return text_response(404, "not found\n")
+    def _guarded(self, request: Request) -> Response | None:
+        """/metrics and /stats ask for a key when the keys protect them too."""
+        guarded = self.config.listen.protect_metrics and self.keys
+        if guarded and not key_matches(presented_token(request), self.keys):
+            return text_response(401, "API key required\n", {"WWW-Authenticate": "Bearer"})
+        return None
 
-    def _admit_websocket(self, request: Request) -> Response | None:
-        if not origin_allowed(request, self.config.listen.origins):
+    def refusal(self, conn: HTTPConnection) -> Response | None:
+        """Why a streaming client may not start now (origin, key, readiness), or None."""
+        if not origin_allowed(conn, self.config.listen.origins):
             return text_response(403, "origin not allowed\n")
-        if self.keys and not key_matches(presented_token(request), self.keys):
+        if self.keys and not key_matches(presented_token(conn), self.keys):
             self.metrics.protocol_error("unauthorized")
             return unauthorized("missing or wrong API key")
         if self.state != "ready":
             return text_response(503, f"server is {self.state}\n")
         return None
 
-    async def _ops_route(self, path: str, request: Request) -> Response:
-        guarded = (
-            path in ("/metrics", "/stats") and self.config.listen.protect_metrics and self.keys
-        )
-        if guarded and not key_matches(presented_token(request), self.keys):
-            return response(
-                401, b"API key required\n", "text/plain", {"WWW-Authenticate": "Bearer"}
-            )
-        if path == "/healthz":
-            return text_response(200, "ok\n")
-        if path == "/readyz":
-            await self._wait_until_ready(request)
-            return self._readyz()
-        if path == "/metrics":
-            return self._metrics()
-        return json_response(200, self.stats())
-
     async def _wait_until_ready(self, request: Request) -> None:
         """`/readyz?wait=S` holds the answer until ready (at most S, up to 8), a long poll.
 
         Deployment scripts and tests then wait on the event itself, not on a polling loop.
         """
-        wait_s = readiness_wait(request.path)
+        wait_s = readiness_wait(request.query_params.get("wait"))
         if wait_s > 0 and self.state == "starting":
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
@@ -391,27 +364,43 @@ class App:
 
     # ---- WebSocket ----------------------------------------------------------------
 
-    async def _handle(self, ws: ServerConnection) -> None:
-        codec = self._codecs.pop(ws, None)
-        if self.state == "draining":  # admitted just before the drain took its list
-            await ws.close(1001, "server is shutting down")
-            return
-        if self.engine is None or self.vad is None or self.report is None or codec is None:
-            await ws.close(1013, "not ready")
-            return
-        refusal = self._over_capacity(ws)
+    async def websocket(self, websocket: WebSocket, route: WebSocketRoute) -> None:
+        """One streaming client on `route`: admit, accept, run its session, clean up."""
+        refusal = self.refusal(websocket)
+        if refusal is None and (self.engine is None or self.vad is None or self.report is None):
+            refusal = text_response(503, "server is not ready\n")
         if refusal is not None:
-            self.metrics.protocol_error(refusal.code)
-            for frame in codec.encode(ErrorEvent(refusal.code, refusal.message)):
-                await ws.send(frame)
-            await ws.close(refusal.close_code, "try again later")
+            await websocket.send_denial_response(refusal)
             return
-        if self.config.limits.send_buffer_bytes is not None:
-            _limit_send_buffer(ws, self.config.limits.send_buffer_bytes)
+        handshake = Handshake(
+            {k: websocket.query_params.getlist(k) for k in websocket.query_params},
+            {k.lower(): v for k, v in websocket.headers.items()},
+        )
+        codec = route.make_codec(handshake, self.config.limits.session_limits())
+        await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
+        port = SocketPort(websocket)
+        over = self._over_capacity(port.peer)
+        if over is not None:
+            self.metrics.protocol_error(over.code)
+            for frame in codec.encode(ErrorEvent(over.code, over.message)):
+                await port.send(frame)
+            await port.close(over.close_code, "try again later")
+            return
+        await self._run_session(port, codec)
+
+    def session_config(self) -> SessionConfig:
+        """Every session's settings (the engine report names the model)."""
+        if self.report is None:
+            raise RuntimeError("no session before the engine is ready")
+        return session_config(self.config, self.report)
+
+    async def _run_session(self, port: SocketPort, codec: Any) -> None:
+        if self.engine is None or self.vad is None or self.report is None:
+            return
         session_id = uuid.uuid4().hex[:12]
-        session = Session(session_id, session_config(self.config, self.report), self.vad)
+        session = Session(session_id, self.session_config(), self.vad)
         conn = Connection(
-            ws,
+            port,
             codec,
             session,
             self.engine,
@@ -419,89 +408,51 @@ class App:
             max_pending_events=self.config.limits.max_pending_events,
             idle_timeout_s=self.config.limits.idle_timeout_s,
         )
+        peer = port.peer
         self.sessions[session_id] = conn
-        self._per_ip[_peer(ws)] = self._per_ip.get(_peer(ws), 0) + 1
+        self._per_ip[peer] = self._per_ip.get(peer, 0) + 1
         self.metrics.connections.inc()
         self.metrics.sessions.set(len(self.sessions))
         try:
             await conn.run()
         finally:
             self.sessions.pop(session_id, None)
-            left = self._per_ip.pop(_peer(ws), 1) - 1
+            left = self._per_ip.pop(peer, 1) - 1
             if left:
-                self._per_ip[_peer(ws)] = left
+                self._per_ip[peer] = left
             self.metrics.sessions.set(len(self.sessions))
 
-    def _over_capacity(self, ws: ServerConnection) -> ServerFullError | None:
+    def _over_capacity(self, peer: str) -> ServerFullError | None:
         if len(self.sessions) >= self.config.limits.max_sessions:
             return ServerFullError(
                 f"server is at its limit of {self.config.limits.max_sessions} sessions"
             )
-        if self._per_ip.get(_peer(ws), 0) >= self.config.limits.max_sessions_per_ip:
+        if self._per_ip.get(peer, 0) >= self.config.limits.max_sessions_per_ip:
             limit = self.config.limits.max_sessions_per_ip
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
 
 
-#: The longest /readyz long poll. The library aborts any request whose answer takes longer
-#: than its opening timeout (which also guards against slow clients), so the two are set
-#: together: the cap plus time for the request itself to arrive.
+#: Subprotocols clients insist on: FunASR's clients ask for "binary", OpenAI's browser
+#: clients for "realtime" (a browser drops a socket whose server picks none it offered).
+SUBPROTOCOLS = ("binary", "realtime")
+
+
+def choose_subprotocol(offered: list[str]) -> str | None:
+    return next((name for name in SUBPROTOCOLS if name in offered), None)
+
+
+#: The longest /readyz long poll.
 READY_WAIT_CAP_S = 8.0
-OPEN_TIMEOUT_S = READY_WAIT_CAP_S + 4.0
 
 
-async def _bound(
-    stack: contextlib.AsyncExitStack[bool | None],
-    host: str,
-    port: int,
-    server: contextlib.AbstractAsyncContextManager[Server],
-) -> Server:
-    """Enter a listener, turning a bind failure into the one-line `ListenError`."""
-    try:
-        bound: Server = await stack.enter_async_context(server)
-    except OSError as exc:
-        # asyncio's message ends in the reason, e.g. "...: address already in use".
-        reason = str(exc.strerror or exc).rsplit(": ", 1)[-1]
-        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from exc
-    return bound
-
-
-def _port_of(server: Server) -> int:
-    port: int = next(iter(server.sockets)).getsockname()[1]
-    return port
-
-
-def readiness_wait(path: str, cap_s: float = READY_WAIT_CAP_S) -> float:
+def readiness_wait(value: str | None, cap_s: float = READY_WAIT_CAP_S) -> float:
     """The `wait` query parameter of /readyz in seconds (0 when absent or malformed)."""
-    values = parse_qs(urlsplit(path).query).get("wait", [])
     try:
-        wait_s = float(values[0]) if values else 0.0
+        wait_s = float(value) if value else 0.0
     except ValueError:
         return 0.0
     return min(max(wait_s, 0.0), cap_s) if math.isfinite(wait_s) else 0.0
-
-
-async def _refuse(ws: ServerConnection) -> None:
-    await ws.close(1008, "no WebSocket on the operational port")
-
-
-def _limit_send_buffer(ws: ServerConnection, size: int) -> None:
-    """Fix the kernel send buffer (no autotuning), so TCP pushes back on slow readers early."""
-    sock = ws.transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-
-
-def _select_subprotocol(
-    connection: ServerConnection, offered: Sequence[Subprotocol]
-) -> Subprotocol | None:
-    """FunASR's clients ask for "binary"; everyone else may offer nothing (or anything)."""
-    return Subprotocol("binary") if "binary" in offered else None
-
-
-def _peer(ws: ServerConnection) -> str:
-    address = ws.remote_address
-    return str(address[0]) if address else "unknown"
 
 
 RANDOM_WEIGHTS_BANNER = """

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
-from websockets.http11 import Request
+from starlette.requests import HTTPConnection
 
 
 def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
@@ -26,14 +25,25 @@ def load_keys(inline: str | None, key_file: str | None) -> tuple[bytes, ...]:
     return tuple(k.encode() for k in keys)
 
 
-def presented_token(request: Request) -> bytes | None:
-    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers)."""
+#: OpenAI's browser clients carry the key as a WebSocket subprotocol with this prefix.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+def presented_token(request: HTTPConnection) -> bytes | None:
+    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers),
+    else OpenAI's browser subprotocol `openai-insecure-api-key.<key>`."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip().encode()
-    tokens = parse_qs(urlsplit(request.path).query).get("token")
-    return tokens[0].encode() if tokens else None
+    token = request.query_params.get("token")
+    if token:
+        return token.encode()
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    for name in (part.strip() for part in offered.split(",")):
+        if name.startswith(KEY_SUBPROTOCOL) and len(name) > len(KEY_SUBPROTOCOL):
+            return name[len(KEY_SUBPROTOCOL) :].encode()
+    return None
 
 
 def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
@@ -46,7 +56,7 @@ def key_matches(token: bytes | None, keys: Iterable[bytes]) -> bool:
     return found
 
 
-def origin_allowed(request: Request, allowed: tuple[str, ...]) -> bool:
+def origin_allowed(request: HTTPConnection, allowed: tuple[str, ...]) -> bool:
     """No allowlist means any origin; otherwise a browser's Origin header must be listed.
 
     Non-browser clients send no Origin; they are held to the API key instead.

@@ -85,9 +85,15 @@ class LimitsConfig:
     # Per-connection send buffering (kernel SO_SNDBUF and the library's write buffer):
     # None keeps the kernel's autotuning; a small value bounds what a slow reader can hold.
     send_buffer_bytes: int | None = None
+    # The file API (POST /v1/audio/transcriptions): one upload's size, and how many run
+    # at once (each holds a spooled file and a session; more wait with 429).
+    max_upload_bytes: int = 512 * 2**20
+    max_uploads: int = 4
 
     def __post_init__(self) -> None:
         self.session_limits()  # the per-session rules live in streaming.limits
+        if self.max_upload_bytes < 1024 or self.max_uploads < 1:
+            raise ValueError("max_upload_bytes must be >= 1024 and max_uploads >= 1")
         if self.max_sessions < 1 or self.max_sessions_per_ip < 1 or self.max_pending_events < 1:
             raise ValueError("max_sessions, max_sessions_per_ip and max_pending_events >= 1")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 1024:

@@ -14,13 +14,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
-
 from engine.async_engine import AsyncEngine
 from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
+from server.socket_port import ClientGone, SocketPort
 from streaming.commands import Command
 from streaming.errors import (
     CLOSE_GOING_AWAY,
@@ -53,7 +50,7 @@ class Connection:
 
     def __init__(
         self,
-        ws: ServerConnection,
+        ws: SocketPort,
         codec: Codec,
         session: Session,
         engine: AsyncEngine,
@@ -111,7 +108,7 @@ class Connection:
         await self._done.wait()
 
     def _client_gone(self, reader: asyncio.Task[None]) -> bool:
-        return reader.done() and self.ws.state in (State.CLOSING, State.CLOSED)
+        return reader.done() and self.ws.closed
 
     async def _read(self) -> None:
         while True:
@@ -123,7 +120,7 @@ class Connection:
             except TimeoutError:
                 self._step(partial(self._fail, SessionLimitError(f"no audio for {timeout:.0f} s")))
                 return
-            except ConnectionClosed:
+            except ClientGone:
                 return
             if self._going_away or self._dropping is not None:
                 # Dropped unread and undecoded: a client blocked sending must still get to
@@ -203,7 +200,7 @@ class Connection:
                 if isinstance(event, Ended):
                     await self.ws.close(self._close_code(), "end of stream")
                     return
-        except ConnectionClosed:
+        except ClientGone:
             return
 
     def _close_code(self) -> int:
@@ -246,5 +243,5 @@ class Connection:
                 for frame in self.codec.encode(event):
                     await self.ws.send(frame)
                 await self.ws.close(close_code, event.code)
-        except (TimeoutError, ConnectionClosed):
-            self.ws.transport.abort()
+        except (TimeoutError, ClientGone):
+            self.ws.abort()

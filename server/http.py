@@ -1,16 +1,16 @@
-"""Plain HTTP responses on the WebSocket port: static files, health, readiness, metrics, stats."""
+"""Plain HTTP responses: static files, health, readiness, metrics, stats and refusals."""
 
 from __future__ import annotations
 
 import json
 import mimetypes
-from http import HTTPStatus
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from websockets.datastructures import Headers
-from websockets.http11 import Response
+from starlette.responses import Response
+
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 def web_root() -> Path:
@@ -21,24 +21,17 @@ def web_root() -> Path:
 def response(
     status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
 ) -> Response:
-    """A complete HTTP/1.1 response that closes the connection."""
-    headers = Headers()
-    headers["Content-Type"] = content_type
-    headers["Content-Length"] = str(len(body))
-    headers["Cache-Control"] = "no-store"
-    headers["Connection"] = "close"
-    for key, value in (extra or {}).items():
-        headers[key] = value
-    return Response(status, HTTPStatus(status).phrase, headers, body)
+    """A complete response that no cache keeps."""
+    return Response(body, status, {**NO_STORE, **(extra or {})}, media_type=content_type)
 
 
-def json_response(status: int, payload: Any) -> Response:
+def json_response(status: int, payload: Any, extra: dict[str, str] | None = None) -> Response:
     body = json.dumps(payload, ensure_ascii=False, indent=1).encode()
-    return response(status, body, "application/json; charset=utf-8")
+    return response(status, body, "application/json; charset=utf-8", extra)
 
 
-def text_response(status: int, text: str) -> Response:
-    return response(status, text.encode(), "text/plain; charset=utf-8")
+def text_response(status: int, text: str, extra: dict[str, str] | None = None) -> Response:
+    return response(status, text.encode(), "text/plain; charset=utf-8", extra)
 
 
 def static_file(path: str, root: Path | None = None) -> Response:
@@ -56,6 +49,4 @@ def static_file(path: str, root: Path | None = None) -> Response:
 
 
 def unauthorized(message: str) -> Response:
-    return response(
-        401, f"{message}\n".encode(), "text/plain; charset=utf-8", {"WWW-Authenticate": "Bearer"}
-    )
+    return text_response(401, f"{message}\n", {"WWW-Authenticate": "Bearer"})

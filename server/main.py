@@ -60,12 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def configure_logging(level: str) -> None:
-    """Our INFO lines only: the websockets library logs every health check at INFO."""
+    """Our INFO lines only: the HTTP and WebSocket libraries log their own at INFO."""
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("websockets").setLevel(logging.WARNING)
+        logging.getLogger("uvicorn").setLevel(logging.WARNING)
 
 
 def _runner() -> Callable[..., object]:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
 
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Codec, Handshake
 from streaming.protocols.funasr import FunasrCodec
 from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
 from streaming.protocols.v1 import V1Codec
-
-Query = Mapping[str, list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +19,10 @@ class WebSocketRoute:
     path: str
     protocol: str
     make_codec: Callable[[Handshake, SessionLimits], Codec]
+
+    def max_message_bytes(self, limits: SessionLimits) -> int:
+        """The largest message this route's codec takes under `limits`."""
+        return self.make_codec(Handshake(), limits).max_message_bytes
 
 
 def _v1(handshake: Handshake, limits: SessionLimits) -> Codec:
@@ -40,9 +41,3 @@ def websocket_routes() -> dict[str, WebSocketRoute]:
         WebSocketRoute("/v1/realtime", "openai-realtime", OpenAIRealtimeCodec),
     )
     return {route.path: route for route in routes}
-
-
-def split_path(target: str) -> tuple[str, Query]:
-    """A request target's path and its query parameters."""
-    parts = urlsplit(target)
-    return parts.path, parse_qs(parts.query)

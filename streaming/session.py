@@ -60,6 +60,8 @@ class SessionConfig:
     # Decode the utterance once the VAD has heard this much of a pause, before its
     # end-silence runs out; when the pause lasts, that decode is the final. 0 turns it off.
     early_final_ms: int = 200
+    # Whole files: their finals queue as background work, after every live request.
+    background: bool = False
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -364,7 +366,8 @@ class Session:
         if self._early_decode_is_final(utt, seg, now):
             return
         audio = self._ring.read(seg.start, seg.end)
-        utt.final_request = self._request(seg, RequestKind.FINAL, audio, now)
+        kind = RequestKind.BACKGROUND if self._config.background else RequestKind.FINAL
+        utt.final_request = self._request(seg, kind, audio, now)
         self._requests.append(utt.final_request)
 
     def _new_utterance(self, start: int) -> _Utterance:

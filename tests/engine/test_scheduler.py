@@ -386,3 +386,58 @@ def test_calibration_only_raises_the_cost_model() -> None:
     assert cost.scale == 1.0
     cost.calibrate([(1, 250, 2 * raw)])
     assert cost.scale == pytest.approx(2.2)
+
+
+# ---- background (file) work ----------------------------------------------------------
+
+
+def test_background_runs_only_when_no_live_request_waits() -> None:
+    s = make(max_batch=8, wait_ms=20.0)
+    files = [request("file", i, RequestKind.BACKGROUND, 5.0, 0.0) for i in range(3)]
+    for r in files:
+        assert s.submit(r, 0.0) == []
+    s.submit(request("live", 0, RequestKind.PARTIAL, 1.0, 0.0), 0.0)
+    s.submit(request("live", 1, RequestKind.FINAL, 1.0, 0.0), 0.0)
+    assert s.queued == 5
+    # Live work first, and never mixed with file work in a batch.
+    batch = s.next_batch(0.05)
+    assert batch is not None and {r.session_id for r in batch.requests} == {"live"}
+    s.complete(batch)
+    # Then one file utterance per batch, oldest first (max_background_batch = 1).
+    order = []
+    while (batch := s.next_batch(0.06)) is not None:
+        assert len(batch.requests) == 1 and batch.requests[0].kind is RequestKind.BACKGROUND
+        order.append(batch.requests[0].utterance_id)
+        s.complete(batch)
+    assert order == [0, 1, 2] and s.queued == 0
+
+
+def test_background_is_due_at_once_but_live_work_arriving_goes_first() -> None:
+    s = make(max_batch=8, wait_ms=20.0, max_background_batch=2)
+    for i in range(4):
+        s.submit(request("file", i, RequestKind.BACKGROUND, 2.0, 1.0), 1.0)
+    assert s.next_wakeup() == 1.0  # nothing live: no reason to wait
+    first = s.next_batch(1.0)
+    assert first is not None and [r.utterance_id for r in first.requests] == [0, 1]
+    s.submit(request("live", 0, RequestKind.FINAL, 1.0, 1.001), 1.001)
+    # A live final now waits its batching window; file work does not jump in meanwhile.
+    assert s.next_wakeup() == pytest.approx(1.021)
+    assert s.next_batch(1.01) is None
+    live = s.next_batch(1.03)
+    assert live is not None and live.requests[0].session_id == "live"
+
+
+def test_cancel_removes_a_files_queued_work() -> None:
+    s = make()
+    for i in range(3):
+        s.submit(request("file", i, RequestKind.BACKGROUND, 2.0, 0.0), 0.0)
+    s.submit(request("other", 0, RequestKind.BACKGROUND, 2.0, 0.0), 0.0)
+    gone = s.cancel("file")
+    assert len(gone) == 3 and s.queued == 1
+
+
+def test_background_batch_is_bounded_by_config() -> None:
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_batch=4, max_background_batch=5)
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_background_batch=0)

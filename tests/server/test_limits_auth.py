@@ -85,6 +85,23 @@ def test_api_key_is_required_and_checked(guarded: ServerProcess, speech_clips: l
     assert good.of("final") and good.close_code == 1000
 
 
+def test_browser_key_subprotocol_is_accepted_and_realtime_is_selected(
+    guarded: ServerProcess,
+) -> None:
+    """OpenAI's browser clients cannot set headers: the key rides in a subprotocol."""
+
+    async def offer(key: str) -> str | int | None:
+        protocols = ["realtime", f"openai-insecure-api-key.{key}"]
+        try:
+            async with connect(guarded.url, subprotocols=protocols) as ws:  # type: ignore[arg-type]
+                return ws.subprotocol
+        except InvalidStatus as exc:
+            return exc.response.status_code
+
+    assert asyncio.run(offer(KEY)) == "realtime"
+    assert asyncio.run(offer("wrong-key-0123456789")) == 401
+
+
 def test_origin_allowlist(guarded: ServerProcess) -> None:
     evil = {**auth(), "Origin": "https://evil.example"}
     assert asyncio.run(expect_status(guarded.url, additional_headers=evil)) == 403

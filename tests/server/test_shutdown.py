@@ -11,7 +11,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from engine.types import InferenceRequest, RequestKind
 from tests.server.conftest import ServerProcess
+from tests.server.inprocess import serving
 from tests.speech import Clip, to_s16le
 
 SR = 16000
@@ -37,27 +39,65 @@ def test_sigterm_mid_stream_delivers_owed_finals_then_end(
                 if sent > (len(first) + len(gap) + SR // 2 + 2 * SR) * 2:
                     break
             server.terminate()
-            await asyncio.sleep(0.3)
-            refused = None
-            try:
-                async with connect(server.url, open_timeout=5):
-                    pass
-            except InvalidStatus as exc:
-                refused = exc.response.status_code
             async for message in ws:
                 events.append(json.loads(message))
-            return ws.close_code, refused
+            return ws.close_code
 
     try:
-        close_code, refused = asyncio.run(scenario())
+        close_code = asyncio.run(scenario())
     finally:
         code = server.stop()
     kinds = [e["type"] for e in events]
     assert kinds.count("final") == 2, kinds  # the finished one and the one cut by shutdown
     assert kinds[-1] == "end"
     assert close_code == 1001
-    assert refused == 503
     assert code == 0
+
+
+def test_new_sessions_get_503_while_owed_finals_drain(
+    tiny_model_dir: Path, speech_clips: list[Clip]
+) -> None:
+    """Finals are held in the engine, so the drain is certainly under way when a client comes."""
+    audio = to_s16le(np.concatenate([speech_clips[1].audio, np.zeros(SR, np.float32)]))
+
+    async def scenario() -> tuple[int | None, list[dict], int | None]:
+        async with serving(tiny_model_dir) as (app, url):
+            engine = app.engine
+            held: list = []
+            release, owed = asyncio.Event(), asyncio.Event()
+            submit = engine.submit
+
+            def hold_finals(request: InferenceRequest) -> None:
+                if request.kind is RequestKind.PARTIAL:
+                    return submit(request)
+                held.append(request)
+                owed.set()
+                if release.is_set():
+                    submit(request)
+
+            engine.submit = hold_finals  # type: ignore[method-assign]
+            async with connect(url, compression=None) as ws:
+                await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+                for i in range(0, len(audio), 3200):
+                    await ws.send(audio[i : i + 3200])
+                await asyncio.wait_for(owed.wait(), 60)
+                app.request_shutdown()  # the session is owed its final: the drain waits
+                refused = None
+                try:
+                    async with connect(url, open_timeout=5):
+                        pass
+                except InvalidStatus as exc:
+                    refused = exc.response.status_code
+                release.set()
+                for request in held:
+                    submit(request)
+                events = [json.loads(m) async for m in ws]
+                return refused, events, ws.close_code
+
+    refused, events, close_code = asyncio.run(scenario())
+    assert refused == 503
+    kinds = [e["type"] for e in events]
+    assert "final" in kinds and kinds[-1] == "end" and close_code == 1001
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT"])

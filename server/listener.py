@@ -1,0 +1,104 @@
+"""Listening sockets and the ASGI server (uvicorn) that serves an app on them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+
+from server.listen import ListenError
+from server.socket_port import TRANSPORT_KEY
+
+log = logging.getLogger("sensestream.server")
+
+
+def bind(host: str, port: int, send_buffer_bytes: int | None = None) -> list[socket.socket]:
+    """Bind every address `host` resolves to (as asyncio does), or raise ListenError.
+
+    Binding comes first, before any model work, so a taken port fails at once. A fixed
+    send buffer set here is inherited by every accepted connection (Linux), so TCP pushes
+    back on slow readers early.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        chosen_port = port
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if send_buffer_bytes is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+            # Port 0 on several addresses: all of them share the first one's port.
+            sock.bind((address[0], chosen_port, *address[2:]))
+            chosen_port = sock.getsockname()[1]
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = str(exc.strerror or exc).rsplit(": ", 1)[-1].lower()
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from exc
+    return sockets
+
+
+def bound_port(sockets: list[socket.socket]) -> int:
+    port: int = sockets[0].getsockname()[1]
+    return port
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the app drains first, then stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def asgi_server(app: Any, **options: Any) -> QuietServer:
+    """An ASGI server for `app` that leaves logging and signals to us."""
+    config = uvicorn.Config(
+        TransportCapture(app),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        ws="websockets-sansio",
+        **options,
+    )
+    return QuietServer(config)
+
+
+async def stop(server: QuietServer, task: asyncio.Task[None]) -> None:
+    server.should_exit = True
+    await task
+
+
+class TransportCapture:
+    """Outermost ASGI layer: hands a WebSocket's transport to the app, for aborts.
+
+    ASGI has no way to drop a connection whose client stopped reading; uvicorn's
+    protocol object (the `send` callable's owner) holds the transport that can.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            transport = getattr(getattr(send, "__self__", None), "transport", None)
+            if transport is not None:
+                extensions = dict(scope.get("extensions") or {})
+                extensions[TRANSPORT_KEY] = transport
+                scope = {**scope, "extensions": extensions}
+        await self.app(scope, receive, send)

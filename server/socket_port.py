@@ -1,0 +1,74 @@
+"""One accepted WebSocket as the connection sees it: frames in and out, close, abort.
+
+The ASGI server owns the socket; this adapter gives the connection the few operations it
+needs and one exception for a client that has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+#: Where `TransportCapture` leaves the connection's transport in the ASGI scope.
+TRANSPORT_KEY = "sensestream.transport"
+
+
+class ClientGone(Exception):
+    """The client closed the connection, or it broke."""
+
+
+class SocketPort:
+    """A WebSocket that has been accepted."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._ws = websocket
+        self._closed = False
+        self._transport: asyncio.BaseTransport | None = websocket.scope.get("extensions", {}).get(
+            TRANSPORT_KEY
+        )
+
+    @property
+    def peer(self) -> str:
+        client = self._ws.client
+        return client.host if client else "unknown"
+
+    @property
+    def closed(self) -> bool:
+        """The client's close (or the connection's loss) has been seen."""
+        return self._closed
+
+    async def recv(self) -> str | bytes:
+        """The next message; raises ClientGone once the client has closed."""
+        if self._closed:
+            raise ClientGone
+        message = await self._ws.receive()
+        if message["type"] == "websocket.disconnect":
+            self._closed = True
+            raise ClientGone
+        data: str | bytes | None = message.get("text")
+        if data is None:
+            data = message.get("bytes") or b""
+        return data
+
+    async def send(self, frame: str | bytes) -> None:
+        """Send one message, waiting while the client's socket is full."""
+        message: dict[str, Any] = {"type": "websocket.send"}
+        message["text" if isinstance(frame, str) else "bytes"] = frame
+        try:
+            await self._ws.send(message)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            self._closed = True
+            raise ClientGone from exc
+
+    async def close(self, code: int, reason: str = "") -> None:
+        with contextlib.suppress(OSError, RuntimeError, WebSocketDisconnect):
+            await self._ws.close(code, reason)
+
+    def abort(self) -> None:
+        """Drop the TCP connection at once: for a client that stopped reading."""
+        self._closed = True
+        if self._transport is not None:
+            self._transport.abort()  # type: ignore[attr-defined]

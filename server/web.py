@@ -1,0 +1,54 @@
+"""The HTTP and WebSocket route tables of the serving port and of the metrics port."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from server.routes import WebSocketRoute as StreamRoute
+
+if TYPE_CHECKING:
+    from server.app import App
+
+
+def _stream(app: App, route: StreamRoute) -> list[BaseRoute]:
+    async def endpoint(websocket: WebSocket) -> None:
+        await app.websocket(websocket, route)
+
+    # A plain GET gets what the handshake would (the page asks why a socket was refused:
+    # browsers hide a refused handshake's status), or 426 when it would be admitted.
+    return [
+        WebSocketRoute(route.path, endpoint, name=route.protocol),
+        Route(route.path, app.stream_probe),
+    ]
+
+
+def _health(app: App) -> list[BaseRoute]:
+    # Health stays on the serving port (load balancers probe the port they route to).
+    return [Route("/healthz", app.healthz), Route("/readyz", app.readyz)]
+
+
+def _ops(app: App) -> list[BaseRoute]:
+    return [Route("/metrics", app.metrics_route), Route("/stats", app.stats_route)]
+
+
+def main_app(app: App) -> Starlette:
+    """Streaming, the page, health, and (without a metrics port) metrics and stats."""
+    routes: list[BaseRoute] = [r for route in app.routes.values() for r in _stream(app, route)]
+    routes += _health(app)
+    routes += [
+        Route("/v1/models", app.file_api.models),
+        Route("/v1/audio/transcriptions", app.file_api.transcriptions, methods=["POST"]),
+    ]
+    if app.config.listen.metrics_port is None:
+        routes += _ops(app)
+    routes.append(Route("/{path:path}", app.page))
+    return Starlette(routes=routes)
+
+
+def ops_app(app: App) -> Starlette:
+    """/metrics, /stats and health on their own address, e.g. a private interface."""
+    return Starlette(routes=_health(app) + _ops(app))

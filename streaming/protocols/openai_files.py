@@ -1,0 +1,245 @@
+"""OpenAI's file-transcription API (`POST /v1/audio/transcriptions`), sans-I/O.
+
+Form fields in, a `TranscriptionJob` out; finals in, response bodies (json, text, srt,
+vtt, verbose_json) or server-sent events out. The server only moves the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.types import Token
+from streaming.commands import CLIENT_LANGUAGES
+from streaming.events import Final
+
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+GRANULARITIES = ("segment", "word")
+#: Whisper names languages in verbose_json; SenseVoice's codes map onto them.
+LANGUAGE_NAMES = {
+    "zh": "chinese",
+    "en": "english",
+    "yue": "cantonese",
+    "ja": "japanese",
+    "ko": "korean",
+}
+CONTENT_TYPES = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
+
+
+class FileApiError(Exception):
+    """A request the API refuses, with its HTTP status and OpenAI's error object."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        error = {"message": self.message, "type": kind, "param": self.param, "code": self.code}
+        return {"error": error}
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionJob:
+    """What the client asked for, checked."""
+
+    model: str
+    language: str = "auto"
+    prompt: str = ""
+    response_format: str = "json"
+    granularities: frozenset[str] = frozenset({"segment"})
+    stream: bool = False
+
+
+def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
+    """The form's text fields as a job; raises FileApiError (400) for a bad one."""
+
+    def one(name: str, default: str = "") -> str:
+        values = fields.get(name) or [default]
+        return values[-1].strip()
+
+    model = one("model")
+    if not model:
+        raise FileApiError(400, "you must provide a model parameter", "model")
+    response_format = one("response_format", "json")
+    if response_format not in FORMATS:
+        message = f"response_format must be one of {', '.join(FORMATS)}; got {response_format!r}"
+        raise FileApiError(400, message, "response_format", "invalid_value")
+    language = one("language", "auto") or "auto"
+    if language not in CLIENT_LANGUAGES:
+        message = (
+            f"language {language!r} is not supported; use one of {', '.join(CLIENT_LANGUAGES)}"
+        )
+        raise FileApiError(400, message, "language", "unsupported_language")
+    granularities = _granularities(fields)
+    if granularities != {"segment"} and response_format != "verbose_json":
+        message = "timestamp_granularities needs response_format verbose_json"
+        raise FileApiError(400, message, "timestamp_granularities[]")
+    stream = one("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise FileApiError(400, f"stream must be true or false; got {stream!r}", "stream")
+    return TranscriptionJob(
+        model, language, one("prompt"), response_format, granularities, stream == "true"
+    )
+
+
+def _granularities(fields: Mapping[str, Sequence[str]]) -> frozenset[str]:
+    asked = [
+        *fields.get("timestamp_granularities[]", ()),
+        *fields.get("timestamp_granularities", ()),
+    ]
+    for value in asked:
+        if value not in GRANULARITIES:
+            message = f"timestamp_granularities must be segment or word; got {value!r}"
+            raise FileApiError(400, message, "timestamp_granularities[]", "invalid_value")
+    return frozenset(asked) or frozenset({"segment"})
+
+
+def full_text(finals: Sequence[Final]) -> str:
+    return " ".join(f.transcript.text for f in finals if f.transcript.text).strip()
+
+
+def render(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) -> tuple[str, str]:
+    """The response's content type and body for the job's format."""
+    fmt = job.response_format
+    if fmt == "text":
+        body = full_text(finals) + "\n"
+    elif fmt == "srt":
+        body = subtitles(finals, srt=True)
+    elif fmt == "vtt":
+        body = subtitles(finals, srt=False)
+    elif fmt == "verbose_json":
+        body = _json(verbose(job, finals, duration_s))
+    else:
+        body = _json({"text": full_text(finals), "usage": usage(duration_s)})
+    return CONTENT_TYPES[fmt], body
+
+
+def usage(duration_s: float) -> dict[str, Any]:
+    return {"type": "duration", "seconds": round(duration_s, 3)}
+
+
+def verbose(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) -> dict[str, Any]:
+    spoken = [f for f in finals if f.transcript.text]
+    langs = [f.transcript.lang for f in spoken if f.transcript.lang in LANGUAGE_NAMES]
+    lang = max(set(langs), key=langs.count) if langs else job.language
+    out: dict[str, Any] = {
+        "task": "transcribe",
+        "language": LANGUAGE_NAMES.get(lang, lang),
+        "duration": round(duration_s, 3),
+        "text": full_text(finals),
+    }
+    if "segment" in job.granularities:
+        out["segments"] = [segment(i, f) for i, f in enumerate(spoken)]
+    if "word" in job.granularities:
+        out["words"] = [w for f in spoken for w in words(f)]
+    # SenseVoice's extras per utterance, under one key that SDKs ignore.
+    out["sensevoice"] = [extras(f) for f in spoken]
+    out["usage"] = usage(duration_s)
+    return out
+
+
+def segment(index: int, final: Final) -> dict[str, Any]:
+    return {
+        "id": index,
+        "seek": final.start_ms // 10,  # Whisper counts seek in 10 ms frames
+        "start": final.start_ms / 1000,
+        "end": final.end_ms / 1000,
+        "text": final.transcript.text,
+        "tokens": [t.id for t in final.transcript.tokens],
+        "temperature": 0.0,
+        "avg_logprob": 0.0,
+        "compression_ratio": 0.0,
+        "no_speech_prob": 0.0,
+    }
+
+
+def words(final: Final) -> list[dict[str, Any]]:
+    """Tokens joined into words (a leading space starts one; CJK characters stand alone)."""
+    out: list[dict[str, Any]] = []
+    for token in final.transcript.tokens:
+        text = token.text.strip()
+        if not text:
+            continue
+        start, end = final.start_ms + token.start_ms, final.start_ms + token.end_ms
+        if out and not _starts_word(token):
+            out[-1]["word"] += text
+            out[-1]["end"] = end / 1000
+        else:
+            out.append({"word": text, "start": start / 1000, "end": end / 1000})
+    return out
+
+
+def _starts_word(token: Token) -> bool:
+    first = token.text[:1]
+    return first.isspace() or _is_cjk(token.text.strip()[:1])
+
+
+def _is_cjk(char: str) -> bool:
+    return bool(char) and (0x3000 <= ord(char) <= 0x9FFF or 0xAC00 <= ord(char) <= 0xD7AF)
+
+
+def extras(final: Final) -> dict[str, Any]:
+    t = final.transcript
+    return {
+        "start": final.start_ms / 1000,
+        "end": final.end_ms / 1000,
+        "language": t.lang,
+        "emotion": t.emotion,
+        "event": t.event,
+        "rich_text": t.rich_text,
+    }
+
+
+def subtitles(finals: Sequence[Final], *, srt: bool) -> str:
+    """SubRip or WebVTT cues, one per utterance with text."""
+    cues = [] if srt else ["WEBVTT", ""]
+    spoken = [f for f in finals if f.transcript.text]
+    for number, final in enumerate(spoken, start=1):
+        start, end = _clock(final.start_ms, srt), _clock(final.end_ms, srt)
+        if srt:
+            cues.append(str(number))
+        cues += [f"{start} --> {end}", final.transcript.text, ""]
+    return "\n".join(cues) + ("\n" if cues else "")
+
+
+def _clock(ms: int, srt: bool) -> str:
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    sep = "," if srt else "."
+    return f"{hours:02d}:{minutes:02d}:{seconds:02d}{sep}{millis:03d}"
+
+
+def sse_delta(text: str) -> str:
+    """One `transcript.text.delta` server-sent event."""
+    return _sse({"type": "transcript.text.delta", "delta": text})
+
+
+def sse_done(text: str, duration_s: float) -> str:
+    return _sse({"type": "transcript.text.done", "text": text, "usage": usage(duration_s)})
+
+
+def sse_error(error: FileApiError) -> str:
+    return _sse(error.body())
+
+
+def _sse(payload: Mapping[str, Any]) -> str:
+    return f"data: {_json(payload)}\n\n"
+
+
+def _json(payload: Mapping[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,158 @@
+"""Live final latency with and without a concurrent long upload, side by side in one run.
+
+Rounds alternate: live streams alone, then the same streams while a long recording is
+transcribed through POST /v1/audio/transcriptions. Latency is measured from the moment
+the client had sent the audio up to where the VAD closed the utterance (`decided_ms`)
+to the final's arrival: the engine's share, which is what an upload competes for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from engine.tuning_cache import cpu_identity
+from tools.bench.latency import percentiles
+from tools.bench_upload.upload import UploadResult, upload
+from tools.client import Outcome, bearer, pcm16, run_session
+from tools.spawn import ServerSpec, spawn
+from tools.speech import speak
+
+SR = 16000
+FRAME_MS = 100
+SENTENCES = (
+    "The quarterly report shows steady growth in every region.",
+    "Please call me back when you have a moment this afternoon.",
+    "Our next meeting is planned for Thursday at ten o'clock.",
+    "The delivery was late because of the storm last night.",
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="model dir for the spawned server")
+    p.add_argument("--test-model-size", default="full", help="without --model: tiny or full")
+    p.add_argument("--streams", type=int, default=4, help="live streams per phase")
+    p.add_argument("--live-s", type=float, default=40.0, help="audio per live stream")
+    p.add_argument("--upload-minutes", type=float, default=10.0)
+    p.add_argument("--rounds", type=int, default=2, help="without/with pairs")
+    p.add_argument("--server-arg", action="append", default=[], help="extra server option")
+    p.add_argument("--json", type=Path, required=True, help="where to write the result")
+    return p
+
+
+def conversation(seconds: float, offset: int, cache: Path) -> np.ndarray:
+    """Sentences with pauses, rotated per stream so streams do not speak in unison."""
+    pause = np.zeros(int(1.2 * SR), np.float32)
+    parts: list[np.ndarray] = [np.zeros(int(0.3 * SR * (offset + 1)), np.float32)]
+    i = offset
+    while sum(len(p) for p in parts) < seconds * SR:
+        parts += [speak(SENTENCES[i % len(SENTENCES)], cache_dir=cache), pause]
+        i += 1
+    return np.concatenate(parts)[: int(seconds * SR)]
+
+
+def after_vad_ms(outcome: Outcome) -> list[float]:
+    """Each final's arrival less the moment the audio up to `decided_ms` had been sent."""
+    out = []
+    for event, arrival in outcome.timed("final"):
+        decided = event.get("decided_ms")
+        frame = max(0, math.ceil((decided or 0) / FRAME_MS) - 1)
+        if decided is not None and event.get("text") and frame < len(outcome.sent_at):
+            out.append((arrival - outcome.sent_at[frame]) * 1000)
+    return out
+
+
+async def live_phase(url: str, streams: Sequence[bytes], key: str | None) -> dict[str, Any]:
+    outcomes = await asyncio.gather(
+        *(run_session(url, audio, speed=1.0, headers=bearer(key), linger=600) for audio in streams)
+    )
+    values = [v for o in outcomes for v in after_vad_ms(o)]
+    errors = sum(len(o.of("error")) for o in outcomes) + sum(not o.ended for o in outcomes)
+    return {"latencies_ms": values, "errors": errors}
+
+
+async def with_upload(
+    url: str, http: str, streams: Sequence[bytes], wav: Path, key: str | None
+) -> tuple[dict[str, Any], UploadResult, float]:
+    started = time.monotonic()
+    task = asyncio.create_task(asyncio.to_thread(upload, http, wav, key))
+    await asyncio.sleep(3.0)  # the upload is in and being decoded before live speech starts
+    phase = await live_phase(url, streams, key)
+    live_end = time.monotonic()
+    result = await task
+    overlap = min(1.0, (started + result.seconds - (started + 3.0)) / (live_end - started - 3.0))
+    return phase, result, max(0.0, overlap)
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    p = percentiles(values)
+    return {"count": p.count, "mean": p.mean, "p50": p.p50, "p95": p.p95, "p99": p.p99}
+
+
+async def run(args: argparse.Namespace, url: str, http: str, work: Path) -> dict[str, Any]:
+    cache = work / "speech"
+    streams = [pcm16(conversation(args.live_s, i, cache)) for i in range(args.streams)]
+    wav = work / "upload.wav"
+    long = conversation(args.upload_minutes * 60, 0, cache)
+    sf.write(wav, np.frombuffer(pcm16(long), "<i2"), SR, subtype="PCM_16")
+    alone: list[float] = []
+    loaded: list[float] = []
+    rounds = []
+    for _ in range(args.rounds):
+        base = await live_phase(url, streams, None)
+        busy, result, overlap = await with_upload(url, http, streams, wav, None)
+        alone += base["latencies_ms"]
+        loaded += busy["latencies_ms"]
+        rounds.append(
+            {
+                "without": summary(base["latencies_ms"]) | {"errors": base["errors"]},
+                "with": summary(busy["latencies_ms"]) | {"errors": busy["errors"]},
+                "upload": {
+                    "status": result.status,
+                    "seconds": round(result.seconds, 1),
+                    "segments": result.finals,
+                    "error": result.error,
+                    "overlap": round(overlap, 2),
+                },
+            }
+        )
+    without, with_ = summary(alone), summary(loaded)
+    ratio = round(with_["p95"] / without["p95"], 3) if without["p95"] else None
+    return {"without": without, "with": with_, "p95_ratio": ratio, "rounds": rounds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    options = ["--model", args.model] if args.model else ["--test-model-size", args.test_model_size]
+    server = spawn(ServerSpec((*options, *args.server_arg), start_timeout_s=900))
+    try:
+        http = server.http_url
+        with tempfile.TemporaryDirectory() as tmp:
+            result = asyncio.run(run(args, server.url, http, Path(tmp)))
+    finally:
+        server.stop()
+    out = {
+        "what": "live final latency after the VAD's decision, with and without an upload",
+        "cpu": cpu_identity(),
+        "model": args.model or f"test model ({args.test_model_size}, random weights)",
+        "streams": args.streams,
+        "live_s": args.live_s,
+        "upload_minutes": args.upload_minutes,
+        "server_args": args.server_arg,
+        **result,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: out[k] for k in ("without", "with", "p95_ratio")}))
+    return 0
