@@ -71,6 +71,7 @@ class Connection:
         self._going_away = False
         self._error_close: int | None = None  # set by the first client error that ends it
         self._done = asyncio.Event()
+        self._draining = asyncio.Event()  # set by drain(): no more waiting on the client
         self._tasks: list[asyncio.Task[None]] = []
         self._finishing = False  # run() is cleaning up: nothing more is fed or dropped
         # Set once the session is dropped (a client too slow to read, or a fault of ours).
@@ -103,6 +104,7 @@ class Connection:
     async def drain(self) -> None:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
         self._going_away = True
+        self._draining.set()
         if not self._finishing:  # a session that is already ending has nothing to drain
             self._step(lambda: self.session.end_of_stream(self._loop.time()))
         await self._done.wait()
@@ -198,10 +200,29 @@ class Connection:
                 for frame in self.codec.encode(event):
                     await self.ws.send(frame)
                 if isinstance(event, Ended):
+                    await self._let_client_close()
                     await self.ws.close(self._close_code(), "end of stream")
                     return
         except ClientGone:
             return
+
+    async def _let_client_close(self) -> None:
+        """After a normal end, give the client the codec's grace to close first.
+
+        Some protocols' clients (FunASR's) close after the last message and fail if the
+        server has closed first. The reader ends when the client closes; a drain cuts the
+        wait short.
+        """
+        grace = self.codec.end_grace_s
+        if grace <= 0 or self._error_close is not None or self._going_away:
+            return
+        draining = asyncio.ensure_future(self._draining.wait())
+        try:
+            await asyncio.wait(
+                [self._tasks[0], draining], timeout=grace, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            draining.cancel()
 
     def _close_code(self) -> int:
         if self._error_close is not None:

@@ -38,6 +38,11 @@ class Codec(Protocol):
         """The WebSocket library's hard cap for one incoming message on this route."""
         ...
 
+    @property
+    def end_grace_s(self) -> float:
+        """After a normal end's last message, how long the client may take to close first."""
+        ...
+
     def opening(self) -> Sequence[Command]:
         """Commands implied by the connection itself, before any client message."""
         ...

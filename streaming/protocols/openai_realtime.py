@@ -147,6 +147,10 @@ class OpenAIRealtimeCodec:
     def max_message_bytes(self) -> int:
         return MAX_AUDIO_CHARS + MESSAGE_OVERHEAD
 
+    @property
+    def end_grace_s(self) -> float:
+        return 0.0  # the server ends a Realtime session only on shutdown or a fatal error
+
     def opening(self) -> Sequence[Command]:
         """OpenAI's default session, announced with `session.created`."""
         self._updates.append((self._dialect, self._settings))

@@ -225,6 +225,10 @@ class V1Codec:
         # A hard cap for the library; the limits below answer with an error event first.
         return 4 * max(self._limits.max_frame_bytes, self._limits.max_text_bytes)
 
+    @property
+    def end_grace_s(self) -> float:
+        return 0.0  # v1 clients wait for the server to close
+
     def opening(self) -> Sequence[Command]:
         return ()
 
