@@ -23,9 +23,10 @@ from streaming.errors import FrameTooLargeError, ProtocolError, StateError
 from streaming.events import Ended, ErrorEvent, Failed, Final, Partial, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
-from streaming.protocols.funasr_config import FunasrConfig, load_object, read_message
+from streaming.protocols.funasr_config import FunasrConfig, read_message
 from streaming.protocols.funasr_stamps import stamp_fields
 from streaming.protocols.funasr_wav import WavInfo, WavStripper
+from streaming.protocols.json_text import load_object
 from streaming.session import common_prefix
 
 #: Hotword lists can be long, so text frames may be larger than protocol v1's.

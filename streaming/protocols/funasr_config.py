@@ -17,7 +17,8 @@ from typing import Any
 
 from streaming.audio import STANDARD_RATES
 from streaming.commands import CLIENT_LANGUAGES, StreamOptions
-from streaming.errors import InvalidFieldError, MalformedMessageError
+from streaming.errors import InvalidFieldError
+from streaming.protocols.json_text import load_object
 
 MODES = ("online", "offline", "2pass")
 WAV_FORMATS = ("pcm", "wav")
@@ -61,17 +62,6 @@ class ClientText:
 def parse_client_text(text: str) -> ClientText:
     """Parse one text frame; raises a typed ProtocolError for a bad one."""
     return read_message(load_object(text))
-
-
-def load_object(text: str) -> dict[str, Any]:
-    """The JSON object in a text frame."""
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise MalformedMessageError(f"text message is not valid JSON: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise MalformedMessageError("text message must be a JSON object")
-    return obj
 
 
 def read_message(obj: Mapping[str, Any]) -> ClientText:

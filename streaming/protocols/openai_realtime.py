@@ -47,6 +47,7 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame, Handshake
+from streaming.protocols.json_text import load_object
 from streaming.protocols.openai_fields import (
     LockedSettingError,
     RealtimeFieldError,
@@ -375,13 +376,4 @@ class OpenAIRealtimeCodec:
 
 def _parse(message: Frame) -> Mapping[str, Any]:
     """A client event as a JSON object; a binary frame is taken as UTF-8 JSON text."""
-    try:
-        raw = message.decode("utf-8") if isinstance(message, bytes) else message
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise MalformedMessageError(
-            f"We could not parse the JSON body of your request: {exc}"
-        ) from exc
-    if not isinstance(value, dict):
-        raise MalformedMessageError("A client event must be a JSON object.")
-    return value
+    return load_object(message, "the client event")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from streaming.events import Final
+from streaming.protocols.json_text import tag_fields
 from streaming.protocols.openai_session import (
     BETA_FORMATS,
     GA_FORMATS,
@@ -94,17 +95,4 @@ def sensevoice_fields(event: Final) -> dict[str, Any]:
         "rich_text": t.rich_text,
         "itn": t.itn,
     }
-    if event.show.get("emotion", True):
-        out["emotion"] = t.emotion
-    if event.show.get("event", True):
-        out["event"] = t.event
-    if event.show.get("timestamps", True):
-        out["tokens"] = [
-            {
-                "text": tok.text,
-                "start_ms": event.start_ms + tok.start_ms,
-                "end_ms": event.start_ms + tok.end_ms,
-            }
-            for tok in t.tokens
-        ]
-    return out
+    return out | tag_fields(event)

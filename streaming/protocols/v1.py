@@ -15,7 +15,6 @@ from streaming.audio import AudioFormat
 from streaming.commands import CLIENT_LANGUAGES, Audio, Command, Configure, Stop, StreamOptions
 from streaming.errors import (
     InvalidFieldError,
-    MalformedMessageError,
     ProtocolError,
     StateError,
     UnknownMessageTypeError,
@@ -34,6 +33,7 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
+from streaming.protocols.json_text import load_object, tag_fields
 
 PROTOCOL_VERSION = 1
 
@@ -97,12 +97,7 @@ CHOICES: Mapping[str, tuple[Any, ...]] = {
 
 def parse_client_text(text: str) -> ClientMessage:
     """Parse one text frame; raises a typed ProtocolError for anything not in protocol v1."""
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise MalformedMessageError(f"text message is not valid JSON: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise MalformedMessageError("text message must be a JSON object")
+    obj = load_object(text)
     kind = obj.pop("type", None)
     version = obj.pop("v", PROTOCOL_VERSION)
     if version != PROTOCOL_VERSION or isinstance(version, bool):
@@ -191,21 +186,7 @@ def _final_fields(event: Final) -> dict[str, Any]:
         "itn": t.itn,
         "rich_text": t.rich_text,
     }
-    if event.show.get("emotion", True):
-        out["emotion"] = t.emotion
-    if event.show.get("event", True):
-        out["event"] = t.event
-    if event.show.get("timestamps", True):
-        # Token times move from the utterance's clock to the stream's.
-        out["tokens"] = [
-            {
-                "text": tok.text,
-                "start_ms": event.start_ms + tok.start_ms,
-                "end_ms": event.start_ms + tok.end_ms,
-            }
-            for tok in t.tokens
-        ]
-    return out
+    return out | tag_fields(event)
 
 
 def dump(obj: Mapping[str, Any]) -> str:

@@ -17,6 +17,17 @@ from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 FRAME = 160  # 10 ms at 16 kHz
 
 
+def tone_bursts(
+    spans_s: list[tuple[float, float]], total_s: float, rate: int = 16000
+) -> np.ndarray:
+    """A 300 Hz tone inside each span, digital silence elsewhere: exact speech regions."""
+    audio = np.zeros(int(total_s * rate), np.float32)
+    for a, b in spans_s:
+        t = np.arange(int(a * rate), min(int(b * rate), len(audio)))
+        audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / rate)
+    return audio
+
+
 class EnergyVadStream:
     """Speech while 10 ms frames are above `threshold` RMS; ends after the end silence."""
 

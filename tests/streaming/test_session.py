@@ -23,21 +23,13 @@ from tests.streaming.fakes import (
     V1Session,
     answer,
     final_requests,
+    tone_bursts,
     word_transcript,
     words_between,
 )
 
 SR = 16000
 BYTES_PER_S = 2 * SR  # s16le mono
-
-
-def tone_bursts(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarray:
-    """A 300 Hz tone inside each span, digital silence elsewhere: exact speech regions."""
-    audio = np.zeros(int(total_s * SR), np.float32)
-    for a, b in spans_s:
-        t = np.arange(int(a * SR), min(int(b * SR), len(audio)))
-        audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / SR)
-    return audio
 
 
 def make_session(**overrides: object) -> Session:

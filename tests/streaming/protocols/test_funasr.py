@@ -7,7 +7,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,7 +42,13 @@ from streaming.protocols.funasr_stamps import split_sentences, stamp_fields
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from tests.speech import chunks, to_s16le
-from tests.streaming.fakes import EnergyVadModel, V1Session, fake_transcript, word_transcript
+from tests.streaming.fakes import (
+    EnergyVadModel,
+    V1Session,
+    fake_transcript,
+    tone_bursts,
+    word_transcript,
+)
 
 SHOW_ALL = {"emotion": True, "event": True, "timestamps": True}
 Transcribe = Callable[[InferenceRequest], Transcript]
@@ -595,15 +600,6 @@ def test_any_tokens_give_ordered_units_inside_their_spans(spec: list[tuple[str, 
 # ---- a real Session through the codec -----------------------------------------------
 
 SR = 16000
-
-
-def tone_bursts(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarray:
-    """A 300 Hz tone inside each span, digital silence elsewhere: exact speech regions."""
-    audio = np.zeros(int(total_s * SR), np.float32)
-    for a, b in spans_s:
-        t = np.arange(int(a * SR), min(int(b * SR), len(audio)))
-        audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / SR)
-    return audio
 
 
 class FunasrSession:

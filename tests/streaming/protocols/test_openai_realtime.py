@@ -46,7 +46,7 @@ from streaming.protocols.base import Handshake
 from streaming.protocols.openai_fields import LockedSettingError, RealtimeFieldError
 from streaming.protocols.openai_realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
 from streaming.session import Session, SessionConfig
-from tests.streaming.fakes import EnergyVadModel, fake_transcript, word_transcript
+from tests.streaming.fakes import EnergyVadModel, fake_transcript, tone_bursts, word_transcript
 
 Wire = dict[str, Any]
 MODEL = "SenseVoiceSmall"
@@ -754,11 +754,7 @@ class RealtimeDriver:
 
 
 def tone_bursts_24k(spans_s: list[tuple[float, float]], total_s: float) -> np.ndarray:
-    audio = np.zeros(int(total_s * RATE_24K), np.float32)
-    for a, b in spans_s:
-        t = np.arange(int(a * RATE_24K), min(int(b * RATE_24K), len(audio)))
-        audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / RATE_24K)
-    return audio
+    return tone_bursts(spans_s, total_s, RATE_24K)
 
 
 def test_server_vad_session_through_the_codec() -> None:

@@ -1,0 +1,46 @@
+"""What the JSON codecs share: reading one object from a text frame, and a final's tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streaming.errors import MalformedMessageError
+from streaming.events import Final
+
+
+def load_object(text: str | bytes, what: str = "text message") -> dict[str, Any]:
+    """The JSON object in a frame (bytes as UTF-8); MalformedMessageError otherwise."""
+    try:
+        raw = text.decode("utf-8") if isinstance(text, bytes) else text
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise MalformedMessageError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedMessageError(f"{what} must be a JSON object")
+    return obj
+
+
+def stream_tokens(event: Final) -> list[dict[str, Any]]:
+    """The final's tokens with their times moved from the utterance's clock to the stream's."""
+    return [
+        {
+            "text": tok.text,
+            "start_ms": event.start_ms + tok.start_ms,
+            "end_ms": event.start_ms + tok.end_ms,
+        }
+        for tok in event.transcript.tokens
+    ]
+
+
+def tag_fields(event: Final) -> dict[str, Any]:
+    """Emotion, event and timed tokens, each unless the client turned it off."""
+    t = event.transcript
+    out: dict[str, Any] = {}
+    if event.show.get("emotion", True):
+        out["emotion"] = t.emotion
+    if event.show.get("event", True):
+        out["event"] = t.event
+    if event.show.get("timestamps", True):
+        out["tokens"] = stream_tokens(event)
+    return out
