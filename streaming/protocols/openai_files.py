@@ -18,14 +18,14 @@ from streaming.events import Final
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")
 #: Whisper names languages in verbose_json; SenseVoice's codes map onto them.
-LANGUAGE_NAMES = {
+LANGUAGE_NAMES: Mapping[str, str] = {
     "zh": "chinese",
     "en": "english",
     "yue": "cantonese",
     "ja": "japanese",
     "ko": "korean",
 }
-CONTENT_TYPES = {
+CONTENT_TYPES: Mapping[str, str] = {
     "json": "application/json",
     "verbose_json": "application/json",
     "text": "text/plain; charset=utf-8",

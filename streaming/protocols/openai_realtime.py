@@ -69,7 +69,7 @@ MAX_AUDIO_CHARS = 15 * 1024 * 1024
 MESSAGE_OVERHEAD = 64 * 1024
 FATAL_ERRORS = (FrameTooLargeError, RateExceededError, SessionLimitError, ServerFullError)
 #: OpenAI's `error.code` for the session core's codes that have a counterpart.
-OPENAI_CODES = {
+OPENAI_CODES: Mapping[str, str] = {
     MalformedMessageError.code: "invalid_json",
     UnknownMessageTypeError.code: "invalid_value",
     EmptyCommitError.code: "input_audio_buffer_commit_empty",
