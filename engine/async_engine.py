@@ -268,7 +268,7 @@ class AsyncEngine:
 
     def _finish(self, worker: _Worker, batch: Batch, seconds: float) -> None:
         """Give the batch's memory back and record the device's load, then wake the loop."""
-        self.scheduler.complete(batch)
+        self.scheduler.complete(batch, asyncio.get_running_loop().time())
         frames = batch.frames * len(batch.requests)
         worker.in_flight -= 1
         worker.in_flight_frames -= frames

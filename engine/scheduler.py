@@ -35,12 +35,20 @@ class SchedulerConfig:
     # Background (file) batches stay small: a live request that arrives while one runs
     # waits for it, so its length bounds what a file upload can add to live latency.
     max_background_batch: int = 1
+    # While live streams are active (live work queued within `live_recent_s`), background
+    # work may take at most this share of a device's time: after a background batch of T
+    # seconds the next waits T * (1 - share) / share. Without live streams files run
+    # at full speed.
+    background_share: float = 0.2
+    live_recent_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= 256:
             raise ValueError("max_batch must be within 1..256")
         if not 1 <= self.max_background_batch <= self.max_batch:
             raise ValueError("max_background_batch must be within 1..max_batch")
+        if not 0.0 < self.background_share <= 1.0 or self.live_recent_s < 0:
+            raise ValueError("background_share must be within (0, 1] and live_recent_s >= 0")
         if self.max_wait_ms < 0 or self.partial_stale_ms <= 0:
             raise ValueError("max_wait_ms must be >= 0 and partial_stale_ms > 0")
 
@@ -114,6 +122,8 @@ class Scheduler:
         self._partials: dict[Key, _Queued] = {}  # insertion order is arrival order
         self._retry: deque[tuple[InferenceRequest, ...]] = deque()
         self._background: deque[_Queued] = deque()  # whole files, first come first served
+        self._last_live = float("-inf")  # when live work last arrived
+        self._background_after = float("-inf")  # the next background batch's earliest start
         self._rejected: list[InferenceRequest] = []
         self._seq = 0
         self.stats = SchedulerStats()
@@ -137,6 +147,7 @@ class Scheduler:
         if request.kind is RequestKind.BACKGROUND:
             self._background.append(item)
             return []
+        self._last_live = max(self._last_live, now)
         if request.kind.urgent:
             bisect.insort(self._finals, item)
             old = self._partials.pop(request.key, None)
@@ -195,7 +206,7 @@ class Scheduler:
         """When the oldest queued request's wait runs out (None when nothing is queued)."""
         oldest = self._oldest_arrival()
         if oldest is None and self._background:
-            return self._background[0].arrival  # due now: nothing live is waiting
+            return self._background_due_at()
         return None if oldest is None else oldest + self.config.max_wait_ms / 1000
 
     def next_batch(self, now: float, device: int = 0) -> Batch | None:
@@ -207,7 +218,7 @@ class Scheduler:
                 return batch  # retries first; fresh work once none is left
         oldest = self._oldest_arrival()
         if oldest is None:
-            return self._form_background(now, device) if self._background else None
+            return self._form_background(now, device) if self._background_due(now) else None
         full = len(self._finals) + len(self._partials) >= self.config.max_batch
         if not full and now < oldest + self.config.max_wait_ms / 1000:
             return None
@@ -218,9 +229,27 @@ class Scheduler:
         rejected, self._rejected = self._rejected, []
         return rejected
 
-    def complete(self, batch: Batch) -> None:
-        """The batch finished (or failed): give its memory back to its device."""
+    def complete(self, batch: Batch, now: float | None = None) -> None:
+        """The batch finished (or failed) at `now`: give its memory back to its device.
+
+        A background batch's run time, from `formed_at` to `now`, sets when the next one
+        may start while live streams are active (`background_share`).
+        """
         self.budgets[batch.device].free(batch.allocation)
+        background = batch.requests and batch.requests[0].kind is RequestKind.BACKGROUND
+        if background and now is not None:
+            share = self.config.background_share
+            ran = max(0.0, now - batch.formed_at)
+            self._background_after = now + ran * (1.0 - share) / share
+
+    def _background_due(self, now: float) -> bool:
+        # One formula for here and next_wakeup: a wake-up at the due time must find it due.
+        return bool(self._background) and now >= self._background_due_at()
+
+    def _background_due_at(self) -> float:
+        """At once, unless live streams are active and background has used its share."""
+        live_ends = self._last_live + self.config.live_recent_s
+        return max(self._background[0].arrival, min(self._background_after, live_ends))
 
     def split_after_oom(self, batch: Batch) -> InferenceRequest | None:
         """Requeue the halves of a batch that ran out of memory.

@@ -441,3 +441,46 @@ def test_background_batch_is_bounded_by_config() -> None:
         SchedulerConfig(max_batch=4, max_background_batch=5)
     with pytest.raises(ValueError):
         SchedulerConfig(max_background_batch=0)
+
+
+def test_background_keeps_to_its_share_while_live_streams_are_active() -> None:
+    s = make(max_batch=8, wait_ms=0.0, background_share=0.25, live_recent_s=2.0)
+    for i in range(4):
+        s.submit(request("file", i, RequestKind.BACKGROUND, 2.0, 0.0), 0.0)
+    s.submit(request("live", 0, RequestKind.PARTIAL, 1.0, 10.0), 10.0)
+    live = s.next_batch(10.0)
+    assert live is not None and live.requests[0].session_id == "live"
+    s.complete(live, 10.05)
+    first = s.next_batch(10.05)  # nothing live queued: background may run
+    assert first is not None and first.requests[0].kind is RequestKind.BACKGROUND
+    s.complete(first, 10.15)  # it ran 100 ms: the next may start 300 ms later
+    assert s.next_batch(10.2) is None
+    assert s.next_wakeup() == pytest.approx(10.45)
+    second = s.next_batch(10.45)
+    assert second is not None and second.requests[0].utterance_id == 1
+    s.complete(second, 10.55)
+    assert s.next_batch(10.6) is None
+    # Once live work has been quiet for live_recent_s, files run back to back.
+    third = s.next_batch(12.01)
+    assert third is not None and third.requests[0].utterance_id == 2
+    s.complete(third, 12.5)
+    fourth = s.next_batch(12.5)
+    assert fourth is not None and fourth.requests[0].utterance_id == 3
+
+
+def test_a_wake_up_at_the_background_due_time_finds_it_due() -> None:
+    # 0.3 + 0.6 - 0.3 < 0.6 in floats: two formulas for "live has gone quiet" disagreed,
+    # the engine slept until the next submit, and a file upload stalled for good.
+    s = make(wait_ms=0.0, background_share=0.01, live_recent_s=0.6)
+    s.submit(request("live", 0, RequestKind.PARTIAL, 1.0, 0.3), 0.3)
+    live = s.next_batch(0.3)
+    assert live is not None
+    s.complete(live, 0.3)
+    for i in range(2):
+        s.submit(request("file", i, RequestKind.BACKGROUND, 1.0, 0.3), 0.3)
+    first = s.next_batch(0.3)
+    assert first is not None
+    s.complete(first, 0.4)
+    wake = s.next_wakeup()
+    assert wake == 0.3 + 0.6
+    assert s.next_batch(wake) is not None
