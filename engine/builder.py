@@ -68,6 +68,8 @@ class EngineConfig:
     backend: BackendOptions = field(default_factory=BackendOptions)
     max_batch: int | None = None
     max_wait_ms: float = 20.0
+    # The device time file uploads may take while live streams are active.
+    background_share: float = 0.02
     memory_budget: int | None = None
     budget_fraction: float = 0.8
     max_segment_ms: int = 15_000
@@ -206,7 +208,11 @@ def build_engine_parts(
         scale=tuning.cost_scale,
     )
     scheduler = Scheduler(
-        SchedulerConfig(max_batch=max_batch, max_wait_ms=config.max_wait_ms),
+        SchedulerConfig(
+            max_batch=max_batch,
+            max_wait_ms=config.max_wait_ms,
+            background_share=config.background_share,
+        ),
         [d.budget for d in devices],
         cost,
         first.recognizer.frontend.num_frames,

@@ -39,7 +39,7 @@ class SchedulerConfig:
     # work may take at most this share of a device's time: after a background batch of T
     # seconds the next waits T * (1 - share) / share. Without live streams files run
     # at full speed.
-    background_share: float = 0.2
+    background_share: float = 0.02
     live_recent_s: float = 2.0
 
     def __post_init__(self) -> None:

@@ -167,6 +167,9 @@ class EngineSettings:
     threads: int | None = None
     max_batch: str = "auto"
     max_wait_ms: float = 20.0
+    # While live streams are active, file uploads get at most this share of each device's
+    # time (they run at full speed without live streams): lower keeps live latency flatter.
+    background_share: float = 0.02
     memory_budget: str | None = None  # per device
     budget_fraction: float = 0.8  # of each GPU's free memory, when memory_budget is unset
     tensorrt: bool = False
@@ -187,7 +190,9 @@ class EngineSettings:
         # The rules live in engine.builder, engine.budget and engine.scheduler.
         config = self.engine_config(self.model)
         batch = 1 if config.max_batch is None else config.max_batch
-        SchedulerConfig(max_batch=batch, max_wait_ms=self.max_wait_ms)
+        SchedulerConfig(
+            max_batch=batch, max_wait_ms=self.max_wait_ms, background_share=self.background_share
+        )
 
     def engine_config(
         self, model: str, max_segment_ms: int = 15_000, tuning_cache: Path | None = None
@@ -204,6 +209,7 @@ class EngineSettings:
             ),
             max_batch=None if self.max_batch == "auto" else int(self.max_batch),
             max_wait_ms=self.max_wait_ms,
+            background_share=self.background_share,
             memory_budget=None if self.memory_budget is None else parse_size(self.memory_budget),
             budget_fraction=self.budget_fraction,
             max_segment_ms=max_segment_ms,
