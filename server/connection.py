@@ -36,6 +36,9 @@ log = logging.getLogger("sensestream.connection")
 #: How long a dropped client gets to take its error and close frames before the socket is
 #: aborted: a client that stopped reading could otherwise hold both ends' buffers forever.
 DROP_GRACE_S = 5.0
+#: The grace restarts while the client is still sending (it is alive, just not reading
+#: yet), but never beyond this: a client that sends forever cannot hold the socket.
+DROP_MAX_S = 60.0
 INTERNAL_ERROR = "internal_error"
 
 
@@ -76,6 +79,8 @@ class Connection:
         self._finishing = False  # run() is cleaning up: nothing more is fed or dropped
         # Set once the session is dropped (a client too slow to read, or a fault of ours).
         self._dropping: asyncio.Task[None] | None = None
+        self._drop_grace: asyncio.Timeout | None = None  # while a drop waits for the client
+        self._drop_started = 0.0
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects; always clean up."""
@@ -127,6 +132,7 @@ class Connection:
             if self._going_away or self._dropping is not None:
                 # Dropped unread and undecoded: a client blocked sending must still get to
                 # read its error and close, so the socket keeps draining until it closes.
+                self._extend_drop_grace()
                 continue
             ok = self._step(partial(self._receive, message))
             if not ok and self._dropping is None:
@@ -257,12 +263,26 @@ class Connection:
             self._drop(ErrorEvent(code, message), close_code), name="drop"
         )
 
+    def _extend_drop_grace(self) -> None:
+        grace = self._drop_grace
+        if grace is not None:
+            deadline = min(self._loop.time() + DROP_GRACE_S, self._drop_started + DROP_MAX_S)
+            grace.reschedule(deadline)
+
     async def _drop(self, event: ErrorEvent, close_code: int) -> None:
-        """Say why and close if the client takes it in time; else abort the socket."""
+        """Say why and close if the client takes it in time; else abort the socket.
+
+        The server writes only when the client's socket has room, so the error waits for
+        a client that is still sending to start reading: its grace runs from its last frame.
+        """
+        self._drop_started = self._loop.time()
         try:
-            async with asyncio.timeout(DROP_GRACE_S):
+            async with asyncio.timeout(DROP_GRACE_S) as grace:
+                self._drop_grace = grace
                 for frame in self.codec.encode(event):
                     await self.ws.send(frame)
                 await self.ws.close(close_code, event.code)
         except (TimeoutError, ClientGone):
             self.ws.abort()
+        finally:
+            self._drop_grace = None  # an exited timeout cannot be rescheduled
