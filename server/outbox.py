@@ -12,6 +12,10 @@ from collections import deque
 from streaming.events import Failed, Final, Partial, SessionEvent
 
 
+def same_utterance(a: Partial, b: Partial | Final | Failed) -> bool:
+    return a.utt_id == b.utt_id and a.channel == b.channel
+
+
 class OutboxOverflowError(Exception):
     """The client stopped reading while finals kept coming."""
 
@@ -31,7 +35,7 @@ class Outbox:
         """Queue an event; a partial replaces an unsent partial of the same utterance."""
         if isinstance(event, Partial | Final | Failed):
             for i, queued in enumerate(self._events):
-                if isinstance(queued, Partial) and queued.utt_id == event.utt_id:
+                if isinstance(queued, Partial) and same_utterance(queued, event):
                     del self._events[i]
                     self.partials_dropped += 1
                     break

@@ -26,6 +26,7 @@ class Configured:
 class SpeechStarted:
     utt_id: int
     start_ms: int
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 class StopCause(enum.Enum):
@@ -43,6 +44,7 @@ class SpeechStopped:
     start_ms: int
     end_ms: int
     cause: StopCause
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class Partial:
     text: str
     stable_chars: int  # this many leading characters agree with the previous partial
     tags: Mapping[str, str] = field(default_factory=dict)
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class Final:
     # Stream position when the VAD closed the utterance: decided_ms - end_ms is the VAD's
     # end-silence, and what follows it is engine and transport latency.
     decided_ms: int | None = None
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class Failed:
     end_ms: int
     code: str
     message: str
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class Cleared:
     """The open utterance (if any) was dropped at the client's request."""
 
     utt_id: int | None
+    channel: int | None = None  # in a multichannel stream: which channel
 
 
 @dataclass(frozen=True, slots=True)

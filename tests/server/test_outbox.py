@@ -61,3 +61,18 @@ def test_get_waits_for_an_event() -> None:
         return await asyncio.wait_for(waiter, 1)
 
     assert isinstance(asyncio.run(main()), Ended)
+
+
+def test_partials_of_different_channels_do_not_replace_each_other() -> None:
+    async def main() -> list:
+        box = Outbox()
+        box.put(Partial(0, 0, 100, "agent", 0, {}, channel=0))
+        box.put(Partial(0, 0, 100, "customer", 0, {}, channel=1))
+        box.put(Partial(0, 0, 200, "agent again", 0, {}, channel=0))
+        return [await box.get() for _ in range(len(box))]
+
+    # Only the same channel's unsent partial is replaced (the newer one queues last).
+    assert [(e.channel, e.text) for e in asyncio.run(main())] == [
+        (1, "customer"),
+        (0, "agent again"),
+    ]

@@ -1,0 +1,173 @@
+"""A multichannel stream: one Session per channel, one command stream in, one event stream out.
+
+A call-centre tap carries the agent on one channel and the customer on the other; mixed to
+mono, overlapping speech becomes one garbled utterance. Here each channel gets its own VAD,
+utterances, partials and finals (each event carries its `channel`), while the group keeps
+the stream's single configuration, error and end. Channels batch together in the engine:
+their requests are ordinary requests of per-channel session ids (`<id>/<channel>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from engine.types import InferenceRequest, InferenceResult
+from streaming.audio import AudioFormat
+from streaming.commands import Audio, Command, Configure
+from streaming.errors import InvalidFieldError, ProtocolError
+from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
+from streaming.session import Session, SessionConfig
+from streaming.vad_types import VadModel
+
+#: Events that belong to the stream as a whole, not to one channel.
+_GROUP_EVENTS = (Configured, Ended, ErrorEvent)
+
+
+def channel_session_id(session_id: str, channel: int) -> str:
+    return f"{session_id}/{channel}"
+
+
+class ChannelSplitter:
+    """Interleaved frames of N channels → N byte streams, carrying partial frames over."""
+
+    def __init__(self, fmt: AudioFormat) -> None:
+        self.channels = fmt.channels
+        self._width = fmt.sample_width
+        self._pending = b""
+
+    def split(self, data: bytes) -> list[bytes]:
+        buf = self._pending + data if self._pending else data
+        frame = self._width * self.channels
+        whole = len(buf) - len(buf) % frame
+        self._pending = bytes(buf[whole:])
+        samples = np.frombuffer(buf[:whole], np.uint8).reshape(-1, self.channels, self._width)
+        return [samples[:, c, :].tobytes() for c in range(self.channels)]
+
+
+class ChannelGroup:
+    """The Session interface over one Session per channel of a stream."""
+
+    def __init__(
+        self, session_id: str, config: SessionConfig, vad_model: VadModel, channels: int
+    ) -> None:
+        if channels < 2:
+            raise InvalidFieldError("a multichannel stream needs at least two channels")
+        self.session_id = session_id
+        self.channels = tuple(
+            Session(channel_session_id(session_id, c), config, vad_model) for c in range(channels)
+        )
+        self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}
+        self._splitter: ChannelSplitter | None = None
+        self._events: list[SessionEvent] = []
+        self._configured = False
+        self._ended = False
+
+    @property
+    def engine_ids(self) -> tuple[str, ...]:
+        """The session ids the engine sees: one per channel."""
+        return tuple(s.session_id for s in self.channels)
+
+    def handle(self, command: Command, now: float) -> None:
+        """Apply one command to every channel (audio split by channel)."""
+        if isinstance(command, Configure):
+            self._configure(command, now)
+        elif isinstance(command, Audio):
+            if self._splitter is None:
+                self._configure(Configure(AudioFormat(channels=len(self.channels))), now)
+            splitter = self._splitter
+            if splitter is not None:
+                for session, data in zip(self.channels, splitter.split(command.data), strict=True):
+                    session.handle(Audio(data), now)
+        else:
+            for session in self.channels:
+                session.handle(command, now)
+        self._collect()
+
+    def receive_result(self, result: InferenceResult, now: float) -> None:
+        channel = self._by_id.get(result.request.session_id)
+        if channel is not None:
+            self.channels[channel].receive_result(result, now)
+            self._collect()
+
+    def end_of_stream(self, now: float) -> None:
+        for session in self.channels:
+            session.end_of_stream(now)
+        self._collect()
+
+    def abort(self, error: ProtocolError, now: float) -> None:
+        if not self._ended:
+            self._events.append(ErrorEvent(error.code, error.message))
+        self.end_of_stream(now)
+
+    def reject(self, error: ProtocolError) -> None:
+        if not self._ended:
+            self._events.append(ErrorEvent(error.code, error.message))
+
+    def events_to_send(self) -> list[SessionEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def requests_to_submit(self) -> list[InferenceRequest]:
+        return [r for session in self.channels for r in session.requests_to_submit()]
+
+    @property
+    def finished(self) -> bool:
+        return self._ended
+
+    @property
+    def stopped(self) -> bool:
+        return all(s.stopped for s in self.channels)
+
+    @property
+    def owed_finals(self) -> int:
+        return sum(s.owed_finals for s in self.channels)
+
+    def _configure(self, command: Configure, now: float) -> None:
+        fmt = command.audio
+        if fmt.channels != len(self.channels):
+            raise InvalidFieldError(
+                f"this stream has {len(self.channels)} channels; the audio format has "
+                f"{fmt.channels}"
+            )
+        mono = Configure(replace(fmt, channels=1), command.options)
+        for session in self.channels:
+            session.handle(mono, now)
+        if self._splitter is None:
+            self._splitter = ChannelSplitter(fmt)
+        self._configured = True
+
+    def _collect(self) -> None:
+        """Channel events, tagged with their channel; the group's own events once."""
+        for channel, session in enumerate(self.channels):
+            for event in session.events_to_send():
+                if isinstance(event, Configured):
+                    if channel == 0:
+                        self._events.append(replace(event, session_id=self.session_id))
+                        self._announce_format()
+                elif not isinstance(event, _GROUP_EVENTS):
+                    self._events.append(replace(event, channel=channel))
+                elif isinstance(event, ErrorEvent) and channel == 0:
+                    self._events.append(event)
+        if not self._ended and all(s.finished for s in self.channels):
+            self._ended = True
+            self._events.append(Ended())
+
+    def _announce_format(self) -> None:
+        """The group's Configured names the stream's own (multichannel) format."""
+        event = self._events[-1]
+        splitter = self._splitter
+        if isinstance(event, Configured) and splitter is not None:
+            audio = replace(event.audio, channels=splitter.channels)
+            self._events[-1] = replace(event, audio=audio)
+
+
+def channel_labels(labels: Sequence[str] | None, channels: int) -> tuple[str, ...]:
+    """The labels clients name channels by (`agent`, `customer`), or `0`, `1`, …."""
+    if labels is None:
+        return tuple(str(c) for c in range(channels))
+    if len(labels) != channels or len(set(labels)) != channels:
+        raise InvalidFieldError(f"channel_labels must name each of the {channels} channels once")
+    return tuple(labels)
