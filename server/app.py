@@ -379,6 +379,7 @@ class App:
         codec = route.make_codec(handshake, self.config.limits.session_limits())
         await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
         port = SocketPort(websocket)
+        port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
         over = self._over_capacity(port.peer)
         if over is not None:
             self.metrics.protocol_error(over.code)
@@ -432,6 +433,10 @@ class App:
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
 
+
+#: What may wait in user space for one WebSocket client before sends wait (asyncio's own
+#: default is 64 KiB; --send-buffer-bytes sets both this and the kernel's buffer).
+WRITE_BUFFER_BYTES = 32 * 1024
 
 #: Subprotocols clients insist on: FunASR's clients ask for "binary", OpenAI's browser
 #: clients for "realtime" (a browser drops a socket whose server picks none it offered).

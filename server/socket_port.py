@@ -67,6 +67,12 @@ class SocketPort:
         with contextlib.suppress(OSError, RuntimeError, WebSocketDisconnect):
             await self._ws.close(code, reason)
 
+    def limit_write_buffer(self, high: int) -> None:
+        """Make `send` wait once this much is buffered for the client (a slow reader is
+        noticed early, and what it leaves unread stays small)."""
+        if self._transport is not None:
+            self._transport.set_write_buffer_limits(high=high)  # type: ignore[attr-defined]
+
     def abort(self) -> None:
         """Drop the TCP connection at once: for a client that stopped reading."""
         self._closed = True
