@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
@@ -29,14 +30,14 @@ from server.connection import Connection
 from server.file_api import FileApi
 from server.http import json_response, response, static_file, text_response, unauthorized
 from server.listen import page_url
-from server.listener import asgi_server, bind, bound_port, stop
+from server.listener import QuietServer, asgi_server, bind, bound_port, stop
 from server.models import choose_model, tuning_folder
 from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.web import main_app, ops_app
 from streaming.errors import ServerFullError
 from streaming.events import ErrorEvent
-from streaming.protocols.base import Handshake
+from streaming.protocols.base import Codec, Handshake
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
@@ -147,23 +148,19 @@ class App:
             for (srv, _), task in zip(servers, tasks, strict=True):
                 await stop(srv, task)
 
-    def _asgi_server(self, asgi: Any) -> Any:
+    def _asgi_server(self, asgi: Starlette) -> QuietServer:
         listen = self.config.listen
+        limits = self.config.limits.session_limits()
         return asgi_server(
             asgi,
             ssl_certfile=listen.certfile,
             ssl_keyfile=listen.keyfile,
-            ws_max_size=max(
-                route.max_message_bytes(self._limits()) for route in self.routes.values()
-            ),
+            ws_max_size=max(route.max_message_bytes(limits) for route in self.routes.values()),
             ws_ping_interval=20.0,
             ws_ping_timeout=20.0,
             ws_per_message_deflate=False,  # PCM does not deflate; compression only costs CPU
             timeout_graceful_shutdown=5,
         )
-
-    def _limits(self) -> Any:
-        return self.config.limits.session_limits()
 
     async def _run_until_stopped(self) -> None:
         lag = asyncio.create_task(self._watch_loop_lag())
@@ -287,12 +284,18 @@ class App:
             return text_response(401, "API key required\n", {"WWW-Authenticate": "Bearer"})
         return None
 
+    def authorized(self, conn: HTTPConnection) -> bool:
+        """The client presented a valid key, or none is needed (a refusal is counted)."""
+        if not self.keys or key_matches(presented_token(conn), self.keys):
+            return True
+        self.metrics.protocol_error("unauthorized")
+        return False
+
     def refusal(self, conn: HTTPConnection) -> Response | None:
         """Why a streaming client may not start now (origin, key, readiness), or None."""
         if not origin_allowed(conn, self.config.listen.origins):
             return text_response(403, "origin not allowed\n")
-        if self.keys and not key_matches(presented_token(conn), self.keys):
-            self.metrics.protocol_error("unauthorized")
+        if not self.authorized(conn):
             return unauthorized("missing or wrong API key")
         if self.state != "ready":
             return text_response(503, f"server is {self.state}\n")
@@ -395,7 +398,7 @@ class App:
             raise RuntimeError("no session before the engine is ready")
         return session_config(self.config, self.report)
 
-    async def _run_session(self, port: SocketPort, codec: Any) -> None:
+    async def _run_session(self, port: SocketPort, codec: Codec) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from server.auth import key_matches, presented_token
 from server.http import json_response, response
 from server.transcriptions import FileAudio, FileJob
 from server.uploads import Upload, read_upload
@@ -141,8 +140,7 @@ class FileApi:
 
     def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
         app = self.app
-        if app.keys and not key_matches(presented_token(request), app.keys):
-            app.metrics.protocol_error("unauthorized")
+        if not app.authorized(request):
             return FileApiError(401, "missing or wrong API key", code="invalid_api_key")
         if need_ready and app.state != "ready":
             return FileApiError(503, f"the server is {app.state}", code="unavailable")

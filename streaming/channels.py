@@ -22,7 +22,8 @@ from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
-#: Events that belong to the stream as a whole, not to one channel.
+#: Events that belong to the stream as a whole, not to one channel (the group makes its
+#: own errors and end; channels are never aborted one by one).
 _GROUP_EVENTS = (Configured, Ended, ErrorEvent)
 
 
@@ -62,7 +63,6 @@ class ChannelGroup:
         self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}
         self._splitter: ChannelSplitter | None = None
         self._events: list[SessionEvent] = []
-        self._configured = False
         self._ended = False
 
     @property
@@ -137,31 +137,20 @@ class ChannelGroup:
             session.handle(mono, now)
         if self._splitter is None:
             self._splitter = ChannelSplitter(fmt)
-        self._configured = True
 
     def _collect(self) -> None:
         """Channel events, tagged with their channel; the group's own events once."""
         for channel, session in enumerate(self.channels):
             for event in session.events_to_send():
-                if isinstance(event, Configured):
-                    if channel == 0:
-                        self._events.append(replace(event, session_id=self.session_id))
-                        self._announce_format()
+                if isinstance(event, Configured) and channel == 0:
+                    # One for the stream, naming its own (multichannel) format.
+                    audio = replace(event.audio, channels=len(self.channels))
+                    self._events.append(replace(event, session_id=self.session_id, audio=audio))
                 elif not isinstance(event, _GROUP_EVENTS):
                     self._events.append(replace(event, channel=channel))
-                elif isinstance(event, ErrorEvent) and channel == 0:
-                    self._events.append(event)
         if not self._ended and all(s.finished for s in self.channels):
             self._ended = True
             self._events.append(Ended())
-
-    def _announce_format(self) -> None:
-        """The group's Configured names the stream's own (multichannel) format."""
-        event = self._events[-1]
-        splitter = self._splitter
-        if isinstance(event, Configured) and splitter is not None:
-            audio = replace(event.audio, channels=splitter.channels)
-            self._events[-1] = replace(event, audio=audio)
 
 
 def channel_labels(labels: Sequence[str] | None, channels: int) -> tuple[str, ...]:
