@@ -160,11 +160,14 @@ class AsyncEngine:
 
     # ---- sessions -----------------------------------------------------------------
 
-    def open_session(self, session_id: str) -> asyncio.Queue[InferenceResult]:
-        """The channel this session's results arrive on."""
+    def open_session(
+        self, session_id: str, results: asyncio.Queue[InferenceResult] | None = None
+    ) -> asyncio.Queue[InferenceResult]:
+        """The queue this session's results arrive on: `results` when given, so that the
+        channels of one stream (each its own session here) can share one."""
         if session_id in self._channels:
             raise ValueError(f"session {session_id!r} is already open")
-        channel: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        channel: asyncio.Queue[InferenceResult] = asyncio.Queue() if results is None else results
         self._channels[session_id] = channel
         return channel
 

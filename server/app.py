@@ -35,10 +35,11 @@ from server.models import choose_model, tuning_folder
 from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.web import main_app, ops_app
-from streaming.errors import ServerFullError
+from streaming.core import SessionCore
+from streaming.errors import ProtocolError, ServerFullError
 from streaming.events import ErrorEvent
-from streaming.protocols.base import Codec, Handshake
-from streaming.session import Session, SessionConfig
+from streaming.protocols.base import Codec, CodecSettings, Handshake
+from streaming.session import SessionConfig
 from streaming.vad_types import VadModel
 
 log = logging.getLogger("sensestream.server")
@@ -155,7 +156,9 @@ class App:
             asgi,
             ssl_certfile=listen.certfile,
             ssl_keyfile=listen.keyfile,
-            ws_max_size=max(route.max_message_bytes(limits) for route in self.routes.values()),
+            ws_max_size=max(
+                route.max_message_bytes(CodecSettings(limits)) for route in self.routes.values()
+            ),
             ws_ping_interval=20.0,
             ws_ping_timeout=20.0,
             ws_per_message_deflate=False,  # PCM does not deflate; compression only costs CPU
@@ -291,11 +294,14 @@ class App:
         self.metrics.protocol_error("unauthorized")
         return False
 
-    def refusal(self, conn: HTTPConnection) -> Response | None:
-        """Why a streaming client may not start now (origin, key, readiness), or None."""
+    def refusal(self, conn: HTTPConnection, key_in_band: bool = False) -> Response | None:
+        """Why a streaming client may not start now (origin, key, readiness), or None.
+
+        `key_in_band`: the protocol's codec checks the key in a message instead.
+        """
         if not origin_allowed(conn, self.config.listen.origins):
             return text_response(403, "origin not allowed\n")
-        if not self.authorized(conn):
+        if not key_in_band and not self.authorized(conn):
             return unauthorized("missing or wrong API key")
         if self.state != "ready":
             return text_response(503, f"server is {self.state}\n")
@@ -369,17 +375,10 @@ class App:
 
     async def websocket(self, websocket: WebSocket, route: WebSocketRoute) -> None:
         """One streaming client on `route`: admit, accept, run its session, clean up."""
-        refusal = self.refusal(websocket)
-        if refusal is None and (self.engine is None or self.vad is None or self.report is None):
-            refusal = text_response(503, "server is not ready\n")
-        if refusal is not None:
-            await websocket.send_denial_response(refusal)
+        codec = self._admit(websocket, route)
+        if isinstance(codec, Response):
+            await websocket.send_denial_response(codec)
             return
-        handshake = Handshake(
-            {k: websocket.query_params.getlist(k) for k in websocket.query_params},
-            {k.lower(): v for k, v in websocket.headers.items()},
-        )
-        codec = route.make_codec(handshake, self.config.limits.session_limits())
         await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
@@ -392,6 +391,48 @@ class App:
             return
         await self._run_session(port, codec)
 
+    def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> Codec | Response:
+        """The connection's codec, or the HTTP answer that refuses its upgrade."""
+        refusal = self.refusal(websocket, route.key_in_band)
+        if refusal is None and (self.engine is None or self.vad is None or self.report is None):
+            refusal = text_response(503, "server is not ready\n")
+        if refusal is not None:
+            return refusal
+        try:
+            return route.make_codec(self._handshake(websocket), self.codec_settings())
+        except ProtocolError as exc:  # the handshake itself is refused (a bad signature)
+            self.metrics.protocol_error(exc.code)
+            return text_response(403 if exc.code == "unauthorized" else 400, exc.message + "\n")
+
+    def codec_settings(self) -> CodecSettings:
+        """What every codec is made with: limits, the key check, the Twilio secret."""
+        return CodecSettings(
+            self.config.limits.session_limits(),
+            self._key_ok,
+            self.config.listen.twilio_auth_token,
+        )
+
+    def _key_ok(self, key: str | None) -> bool:
+        ok = not self.keys or key_matches(None if key is None else key.encode(), self.keys)
+        if not ok:
+            self.metrics.protocol_error("unauthorized")
+        return ok
+
+    def _handshake(self, websocket: WebSocket) -> Handshake:
+        query = websocket.query_params
+        url = websocket.url
+        public = self.config.listen.public_url
+        if public:  # behind a proxy, the signed URL is the public one
+            base = public.rstrip("/").replace("https://", "wss://").replace("http://", "ws://")
+            full = base + url.path + (f"?{url.query}" if url.query else "")
+        else:
+            full = str(url)
+        return Handshake(
+            {k: query.getlist(k) for k in query},
+            {k.lower(): v for k, v in websocket.headers.items()},
+            full,
+        )
+
     def session_config(self) -> SessionConfig:
         """Every session's settings (the engine report names the model)."""
         if self.report is None:
@@ -402,7 +443,7 @@ class App:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]
-        session = Session(session_id, self.session_config(), self.vad)
+        session = SessionCore(session_id, self.session_config(), self.vad)
         conn = Connection(
             port,
             codec,

@@ -30,12 +30,16 @@ KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
 
 def presented_token(request: HTTPConnection) -> bytes | None:
-    """The key a client presented: `Authorization: Bearer …`, else `?token=` (browsers),
-    else OpenAI's browser subprotocol `openai-insecure-api-key.<key>`."""
+    """The key a client presented: `Authorization: Bearer …`, else `X-API-KEY` (Genesys
+    AudioHook's header), else `?token=` (browsers), else OpenAI's browser subprotocol
+    `openai-insecure-api-key.<key>`."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip().encode()
+    api_key = request.headers.get("X-API-KEY", "").strip()
+    if api_key:
+        return api_key.encode()
     token = request.query_params.get("token")
     if token:
         return token.encode()

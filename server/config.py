@@ -49,6 +49,12 @@ class ListenConfig:
     api_keys_file: str | None = None
     allowed_origins: str | None = None
     protect_metrics: bool = False
+    # Twilio signs each Media Streams handshake with the account's auth token; set it
+    # (best through SENSESTREAM_TWILIO_AUTH_TOKEN) and /twilio refuses unsigned ones.
+    twilio_auth_token: str | None = None
+    # The address clients use (https://asr.example.com) when a proxy stands in front:
+    # a signed handshake signs that URL, not the one the server sees.
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
         for name, port in (("port", self.port), ("metrics_port", self.metrics_port)):

@@ -19,6 +19,7 @@ from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
 from server.socket_port import ClientGone, SocketPort
 from streaming.commands import Command
+from streaming.core import StreamSession
 from streaming.errors import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
@@ -29,7 +30,6 @@ from streaming.errors import (
 )
 from streaming.events import Ended, ErrorEvent
 from streaming.protocols.base import Codec
-from streaming.session import Session
 
 log = logging.getLogger("sensestream.connection")
 
@@ -55,7 +55,7 @@ class Connection:
         self,
         ws: SocketPort,
         codec: Codec,
-        session: Session,
+        session: StreamSession,
         engine: AsyncEngine,
         stats: ConnectionStats,
         *,
@@ -68,7 +68,10 @@ class Connection:
         self.engine = engine
         self._stats = stats
         self._loop = asyncio.get_running_loop()
-        self._channel = engine.open_session(session.session_id)
+        # One queue for every engine session of this stream (a multichannel stream has one
+        # per channel, known once it is configured: see _open_engine_sessions).
+        self._results_queue: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        self._engine_ids: list[str] = []
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._going_away = False
@@ -103,7 +106,7 @@ class Connection:
             # Cancelled tasks keep their CancelledError, whose traceback holds frames that
             # hold this connection: drop them, or every session lingers until a full GC.
             self._tasks.clear()
-            self.engine.cancel(self.session.session_id)
+            self._cancel_engine_sessions()
             self._done.set()
 
     async def drain(self) -> None:
@@ -148,7 +151,7 @@ class Connection:
 
     async def _results(self) -> None:
         while True:
-            result: InferenceResult = await self._channel.get()
+            result = await self._results_queue.get()
             self._step(partial(self.session.receive_result, result, self._loop.time()))
 
     def _step(self, feed: Callable[[], object]) -> bool:
@@ -239,6 +242,7 @@ class Connection:
         """Hand the session's new requests to the engine and its events to the outbox."""
         if self._dropping is not None:
             return  # the session is being dropped: nothing more is decoded or queued
+        self._open_engine_sessions()
         for request in self.session.requests_to_submit():
             self.engine.submit(request)
         try:
@@ -249,11 +253,22 @@ class Connection:
             log.warning("session %s: %s", self.session.session_id, exc)
             self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
 
+    def _open_engine_sessions(self) -> None:
+        for engine_id in self.session.engine_ids:
+            if engine_id not in self._engine_ids:
+                self.engine.open_session(engine_id, self._results_queue)
+                self._engine_ids.append(engine_id)
+
+    def _cancel_engine_sessions(self) -> None:
+        for engine_id in self._engine_ids:
+            self.engine.cancel(engine_id)
+        self._engine_ids.clear()
+
     def _start_drop(self, code: str, message: str, close_code: int) -> None:
         """Stop reading, decoding and queueing for this session at once, then close it."""
         if self._dropping is not None or self._finishing or not self._tasks:
             return
-        self.engine.cancel(self.session.session_id)
+        self._cancel_engine_sessions()
         _reader, results, write = self._tasks
         current = asyncio.current_task()
         for task in (results, write):  # the reader stays, discarding (see _read)

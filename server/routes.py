@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streaming.limits import SessionLimits
-from streaming.protocols.base import Codec, Handshake
+from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.funasr import FunasrCodec
 from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
 from streaming.protocols.v1 import V1Codec
@@ -14,23 +13,33 @@ from streaming.protocols.v1 import V1Codec
 
 @dataclass(frozen=True, slots=True)
 class WebSocketRoute:
-    """A path and how to make a fresh codec for each connection on it."""
+    """A path and how to make a fresh codec for each connection on it.
+
+    `make_codec` may raise a ProtocolError to refuse the handshake itself (a bad
+    signature). `key_in_band`: the protocol carries its API key in a message, which its
+    codec checks, so the upgrade is not asked for one.
+    """
 
     path: str
     protocol: str
-    make_codec: Callable[[Handshake, SessionLimits], Codec]
+    make_codec: Callable[[Handshake, CodecSettings], Codec]
+    key_in_band: bool = False
 
-    def max_message_bytes(self, limits: SessionLimits) -> int:
-        """The largest message this route's codec takes under `limits`."""
-        return self.make_codec(Handshake(), limits).max_message_bytes
-
-
-def _v1(handshake: Handshake, limits: SessionLimits) -> Codec:
-    return V1Codec(limits)
+    def max_message_bytes(self, settings: CodecSettings) -> int:
+        """The largest message this route's codec takes under `settings`' limits."""
+        return self.make_codec(Handshake(), CodecSettings(settings.limits)).max_message_bytes
 
 
-def _funasr(handshake: Handshake, limits: SessionLimits) -> Codec:
-    return FunasrCodec(limits)
+def _v1(handshake: Handshake, settings: CodecSettings) -> Codec:
+    return V1Codec(settings.limits)
+
+
+def _funasr(handshake: Handshake, settings: CodecSettings) -> Codec:
+    return FunasrCodec(settings.limits)
+
+
+def _openai(handshake: Handshake, settings: CodecSettings) -> Codec:
+    return OpenAIRealtimeCodec(handshake, settings.limits)
 
 
 def websocket_routes() -> dict[str, WebSocketRoute]:
@@ -38,6 +47,6 @@ def websocket_routes() -> dict[str, WebSocketRoute]:
     routes = (
         WebSocketRoute("/ws", "v1", _v1),
         WebSocketRoute("/funasr", "funasr", _funasr),
-        WebSocketRoute("/v1/realtime", "openai-realtime", OpenAIRealtimeCodec),
+        WebSocketRoute("/v1/realtime", "openai-realtime", _openai),
     )
     return {route.path: route for route in routes}

@@ -17,7 +17,7 @@ import numpy as np
 from engine.types import InferenceRequest, InferenceResult
 from streaming.audio import AudioFormat
 from streaming.commands import Audio, Command, Configure
-from streaming.errors import InvalidFieldError, ProtocolError
+from streaming.errors import InvalidFieldError, ProtocolError, StateError
 from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
@@ -49,18 +49,24 @@ class ChannelSplitter:
 
 
 class ChannelGroup:
-    """The Session interface over one Session per channel of a stream."""
+    """The Session interface over one Session per channel of a stream.
+
+    `labels` names the channels (their number is the stream's channel count).
+    """
 
     def __init__(
-        self, session_id: str, config: SessionConfig, vad_model: VadModel, channels: int
+        self, session_id: str, config: SessionConfig, vad_model: VadModel, labels: Sequence[str]
     ) -> None:
-        if channels < 2:
+        if len(labels) < 2:
             raise InvalidFieldError("a multichannel stream needs at least two channels")
         self.session_id = session_id
+        self.labels = tuple(labels)
         self.channels = tuple(
-            Session(channel_session_id(session_id, c), config, vad_model) for c in range(channels)
+            Session(channel_session_id(session_id, c), config, vad_model)
+            for c in range(len(labels))
         )
         self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}
+        self._stream_id = session_id
         self._splitter: ChannelSplitter | None = None
         self._events: list[SessionEvent] = []
         self._ended = False
@@ -75,16 +81,25 @@ class ChannelGroup:
         if isinstance(command, Configure):
             self._configure(command, now)
         elif isinstance(command, Audio):
-            if self._splitter is None:
-                self._configure(Configure(AudioFormat(channels=len(self.channels))), now)
-            splitter = self._splitter
-            if splitter is not None:
-                for session, data in zip(self.channels, splitter.split(command.data), strict=True):
-                    session.handle(Audio(data), now)
+            self._audio(command, now)
         else:
             for session in self.channels:
                 session.handle(command, now)
         self._collect()
+
+    def _audio(self, command: Audio, now: float) -> None:
+        if self._splitter is None:
+            fmt = AudioFormat(channels=len(self.channels))
+            self._configure(Configure(fmt, channel_labels=self.labels), now)
+        if command.channel is not None:
+            if not 0 <= command.channel < len(self.channels):
+                raise InvalidFieldError(f"this stream has no channel {command.channel}")
+            self.channels[command.channel].handle(Audio(command.data), now)
+            return
+        splitter = self._splitter
+        if splitter is not None:
+            for session, data in zip(self.channels, splitter.split(command.data), strict=True):
+                session.handle(Audio(data), now)
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
         channel = self._by_id.get(result.request.session_id)
@@ -132,6 +147,12 @@ class ChannelGroup:
                 f"this stream has {len(self.channels)} channels; the audio format has "
                 f"{fmt.channels}"
             )
+        if command.channel_labels not in ((), self.labels):
+            raise StateError("the channel layout is fixed once the stream has started")
+        if command.stream_id is not None and command.stream_id != self._stream_id:
+            if self._splitter is not None:
+                raise StateError("the stream id is fixed once the stream has started")
+            self._stream_id = command.stream_id
         mono = Configure(replace(fmt, channels=1), command.options)
         for session in self.channels:
             session.handle(mono, now)
@@ -144,19 +165,19 @@ class ChannelGroup:
             for event in session.events_to_send():
                 if isinstance(event, Configured) and channel == 0:
                     # One for the stream, naming its own (multichannel) format.
-                    audio = replace(event.audio, channels=len(self.channels))
-                    self._events.append(replace(event, session_id=self.session_id, audio=audio))
+                    self._events.append(self._configured(event))
                 elif not isinstance(event, _GROUP_EVENTS):
                     self._events.append(replace(event, channel=channel))
         if not self._ended and all(s.finished for s in self.channels):
             self._ended = True
             self._events.append(Ended())
 
-
-def channel_labels(labels: Sequence[str] | None, channels: int) -> tuple[str, ...]:
-    """The labels clients name channels by (`agent`, `customer`), or `0`, `1`, …."""
-    if labels is None:
-        return tuple(str(c) for c in range(channels))
-    if len(labels) != channels or len(set(labels)) != channels:
-        raise InvalidFieldError(f"channel_labels must name each of the {channels} channels once")
-    return tuple(labels)
+    def _configured(self, event: Configured) -> Configured:
+        audio = replace(event.audio, channels=len(self.channels))
+        return replace(
+            event,
+            session_id=self.session_id,
+            audio=audio,
+            channel_labels=self.labels,
+            stream_id=self._stream_id,
+        )

@@ -5,6 +5,7 @@ The session core takes only these; a protocol adds a codec, never session logic.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from engine.types import LANGUAGES
@@ -14,6 +15,8 @@ from streaming.errors import InvalidFieldError
 #: Languages a client may ask for (nospeech is a model prompt, not a language).
 CLIENT_LANGUAGES = LANGUAGES[:-1]
 PACES = ("live", "replay")
+#: What a client-named stream id may hold: ids travel in URL paths (/v1/streams/{id}).
+STREAM_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +60,47 @@ class StreamOptions:
 
 @dataclass(frozen=True, slots=True)
 class Configure:
-    """Set the audio format and options. Once audio has flowed only the options may change."""
+    """Set the audio format and options. Once audio has flowed only the options may change.
+
+    `channel_labels` names each channel of a stream recognised channel by channel (a
+    call's agent and customer); empty mixes the channels to mono. `stream_id` is the name
+    subscribers follow the stream by (None: the session id). Neither may change later.
+    """
 
     audio: AudioFormat = field(default_factory=AudioFormat)
     options: StreamOptions = field(default_factory=StreamOptions)
+    channel_labels: tuple[str, ...] = ()
+    stream_id: str | None = None
+
+    def __post_init__(self) -> None:
+        labels = self.channel_labels
+        if labels and (len(labels) != self.audio.channels or len(set(labels)) != len(labels)):
+            raise InvalidFieldError(
+                f"channel_labels must name each of the {self.audio.channels} channels once"
+            )
+        if any(not isinstance(label, str) or not 0 < len(label) <= 64 for label in labels):
+            raise InvalidFieldError("each channel label must be a string of 1 to 64 characters")
+        if self.stream_id is not None and not STREAM_ID.fullmatch(self.stream_id):
+            raise InvalidFieldError(
+                "stream_id must be 1 to 128 letters, digits or ._:- and start with a letter "
+                "or digit"
+            )
+
+    @property
+    def multichannel(self) -> bool:
+        return bool(self.channel_labels)
 
 
 @dataclass(frozen=True, slots=True)
 class Audio:
-    """Audio bytes in the configured wire format."""
+    """Audio bytes in the configured wire format.
+
+    `channel` set: mono bytes of that one channel of a multichannel stream (a protocol
+    that carries its channels apart, as Twilio's tracks); None: interleaved frames.
+    """
 
     data: bytes
+    channel: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

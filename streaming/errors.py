@@ -98,3 +98,10 @@ class ServerFullError(ProtocolError):
 
     code = "server_full"
     close_code = CLOSE_TRY_AGAIN_LATER
+
+
+class UnauthorizedError(ProtocolError):
+    """A missing or wrong API key presented inside the protocol (Twilio's customParameters)."""
+
+    code = "unauthorized"
+    close_code = CLOSE_POLICY_VIOLATION

@@ -20,6 +20,12 @@ class Configured:
     options: StreamOptions
     model: str
     test_model: bool
+    channel_labels: tuple[str, ...] = ()  # a multichannel stream's channels, by index
+    stream_id: str = ""  # what subscribers follow it by
+
+    @property
+    def multichannel(self) -> bool:
+        return bool(self.channel_labels)
 
 
 @dataclass(frozen=True, slots=True)

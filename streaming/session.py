@@ -139,6 +139,7 @@ class Session:
         self._request_ids = 0  # the last id given; results are matched by id
         self._stopped = False
         self._end_sent = False
+        self._stream_id = session_id  # a client may name it in its first Configure
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -148,6 +149,8 @@ class Session:
             raise StateError(f"{_name(command)} after stop")
         match command:
             case Audio():
+                if command.channel is not None:
+                    raise StateError("this stream mixes its channels: audio has no channel")
                 self._receive_audio(command.data, now)
             case Configure():
                 self._configure(command)
@@ -218,6 +221,11 @@ class Session:
         return requests
 
     @property
+    def engine_ids(self) -> tuple[str, ...]:
+        """The session ids the engine sees for this stream."""
+        return (self.session_id,)
+
+    @property
     def finished(self) -> bool:
         """`Ended` has been queued: every owed final went out and the socket may close."""
         return self._end_sent
@@ -242,6 +250,12 @@ class Session:
     # ---- commands -----------------------------------------------------------------
 
     def _configure(self, command: Configure) -> None:
+        if command.multichannel:
+            raise StateError("the channel layout is fixed once the stream has started")
+        if command.stream_id is not None and command.stream_id != self._stream_id:
+            if self._audio is not None:
+                raise StateError("the stream id is fixed once the stream has started")
+            self._stream_id = command.stream_id
         if self._decoder is not None and self._decoder.samples_in > 0:
             # Format and turn detection shape the audio already buffered; options do not.
             if command.audio != self._audio or command.options.turns != self._options.turns:
@@ -263,6 +277,7 @@ class Session:
                 command.options,
                 config.model_name,
                 config.test_model,
+                stream_id=self._stream_id,
             )
         )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from streaming.commands import Command
 from streaming.errors import ProtocolError
 from streaming.events import SessionEvent
+from streaming.limits import SessionLimits
 
 #: A WebSocket message: str goes as a text frame, bytes as a binary frame.
 Frame = str | bytes
@@ -20,11 +21,32 @@ class Handshake:
 
     query: Mapping[str, Sequence[str]] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+    # The URL the client asked for, as the server's public address names it (scheme, host,
+    # path and query): what a signed handshake (Twilio's X-Twilio-Signature) signs.
+    url: str = ""
 
     def param(self, name: str) -> str | None:
         """The first value of a query parameter, or None."""
         values = self.query.get(name)
         return values[0] if values else None
+
+
+def _any_key(key: str | None) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class CodecSettings:
+    """What the server tells every codec it makes: limits, and how to check secrets.
+
+    `check_key` judges an API key a protocol carries in its messages (a platform that
+    cannot set headers); it says True for any key when the server has none.
+    `twilio_auth_token`, when set, is the secret Twilio signs its handshakes with.
+    """
+
+    limits: SessionLimits = field(default_factory=SessionLimits)
+    check_key: Callable[[str | None], bool] = _any_key
+    twilio_auth_token: str | None = None
 
 
 class Codec(Protocol):

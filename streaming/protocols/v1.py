@@ -52,9 +52,14 @@ class StartMessage:
     event: bool = True
     timestamps: bool = True
     pace: str = "live"
+    multichannel: bool = False  # recognise each channel on its own (a call's two parties)
+    channel_labels: tuple[str, ...] = ()  # names for the channels (default "0", "1")
+    stream_id: str | None = None  # what subscribers follow the stream by
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in START_FIELDS}
+        out = {name: getattr(self, name) for name in START_FIELDS}
+        out["channel_labels"] = list(self.channel_labels)
+        return out
 
     def to_command(self) -> Configure:
         options = StreamOptions(
@@ -66,7 +71,18 @@ class StartMessage:
             self.timestamps,
             self.pace,
         )
-        return Configure(AudioFormat(self.encoding, self.sample_rate, self.channels), options)
+        audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
+        return Configure(audio, options, self.labels(), self.stream_id)
+
+    def labels(self) -> tuple[str, ...]:
+        """The channel labels of a multichannel stream; () when its channels are mixed."""
+        if not self.multichannel:
+            if self.channel_labels:
+                raise InvalidFieldError("start.channel_labels needs multichannel: true")
+            return ()
+        if self.channels < 2:
+            raise InvalidFieldError("start.multichannel needs channels: 2 or more")
+        return self.channel_labels or tuple(str(c) for c in range(self.channels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +103,9 @@ START_FIELDS: Mapping[str, type] = {
     "event": bool,
     "timestamps": bool,
     "pace": str,
+    "multichannel": bool,
+    "channel_labels": list,
+    "stream_id": str,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -126,9 +145,12 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
             raise InvalidFieldError(
                 f"start.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}"
             )
-    start = StartMessage(**obj)
-    # The audio fields are checked by the decoder's own format type, in one place.
-    AudioFormat(start.encoding, start.sample_rate, start.channels)
+    labels = obj.pop("channel_labels", [])
+    if not all(isinstance(label, str) for label in labels):
+        raise InvalidFieldError("start.channel_labels must be a list of strings")
+    start = StartMessage(**obj, channel_labels=tuple(labels))
+    # Audio fields, labels and stream id are checked by the command's own types, in one place.
+    start.to_command()
     return start
 
 
@@ -145,12 +167,19 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "sample_rate": audio.sample_rate,
         "encoding": audio.encoding,
         "channels": audio.channels,
+        "multichannel": event.multichannel,
+        "channel_labels": list(event.channel_labels),
+        "stream_id": event.stream_id or event.session_id,
     }
     return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 
 
-def event_to_dict(event: SessionEvent) -> dict[str, Any] | None:
-    """The JSON object for one event (None for events v1 does not carry); all carry `"v": 1`."""
+def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The JSON object for one event (None for events v1 does not carry); all carry `"v": 1`.
+
+    In a multichannel stream an utterance's events carry its `channel` and, from `labels`
+    (the stream's `Configured.channel_labels`), its `label`.
+    """
     head: dict[str, Any] = {"v": PROTOCOL_VERSION}
     match event:
         case Configured():
@@ -170,6 +199,9 @@ def event_to_dict(event: SessionEvent) -> dict[str, Any] | None:
             head.update(type="end")
         case SpeechStopped() | Cleared():
             return None
+    channel = getattr(event, "channel", None)
+    if channel is not None:
+        head.update(channel=channel, label=labels[channel] if channel < len(labels) else None)
     return head
 
 
@@ -200,6 +232,7 @@ class V1Codec:
     def __init__(self, limits: SessionLimits) -> None:
         self._limits = limits
         self._started = False  # a start or audio has arrived: start may not come again
+        self._labels: tuple[str, ...] = ()  # the stream's channel labels, once configured
 
     @property
     def max_message_bytes(self) -> int:
@@ -230,7 +263,9 @@ class V1Codec:
         return (parsed.to_command(),)
 
     def encode(self, event: SessionEvent) -> Sequence[Frame]:
-        obj = event_to_dict(event)
+        if isinstance(event, Configured):
+            self._labels = event.channel_labels
+        obj = event_to_dict(event, self._labels)
         return () if obj is None else (dump(obj),)
 
     def is_fatal(self, error: ProtocolError) -> bool:

@@ -7,9 +7,9 @@ import pytest
 
 from engine.types import InferenceRequest
 from streaming.audio import AudioFormat
-from streaming.channels import ChannelGroup, ChannelSplitter, channel_labels
+from streaming.channels import ChannelGroup, ChannelSplitter
 from streaming.commands import Audio, Configure, Stop
-from streaming.errors import InvalidAudioError, InvalidFieldError
+from streaming.errors import InvalidAudioError, InvalidFieldError, StateError
 from streaming.events import Configured, Ended, ErrorEvent, Final, SpeechStarted
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
@@ -30,9 +30,12 @@ LEFT = tone_bursts([(0.5, 2.0), (3.0, 4.5)], 6.0)
 RIGHT = tone_bursts([(2.2, 3.6)], 6.0)
 
 
+LABELS = ("agent", "customer")
+
+
 def group() -> ChannelGroup:
     config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0))  # exact speech spans
-    return ChannelGroup("call", config, EnergyVadModel(), channels=2)
+    return ChannelGroup("call", config, EnergyVadModel(), LABELS)
 
 
 def run(g: ChannelGroup, data: bytes, chunk: int) -> tuple[list, list[InferenceRequest]]:
@@ -94,7 +97,7 @@ def test_a_format_with_the_wrong_channel_count_is_refused() -> None:
     with pytest.raises(InvalidFieldError):
         g.handle(Configure(AudioFormat(channels=1)), 0.0)
     with pytest.raises(InvalidFieldError):
-        ChannelGroup("x", SessionConfig(), EnergyVadModel(), channels=1)
+        ChannelGroup("x", SessionConfig(), EnergyVadModel(), ["mono"])
 
 
 def test_an_abort_reports_once_and_still_delivers_every_channels_finals() -> None:
@@ -111,9 +114,41 @@ def test_an_abort_reports_once_and_still_delivers_every_channels_finals() -> Non
     assert channels == {0, 1} and isinstance(events[-1], Ended) and g.finished
 
 
-def test_channel_labels() -> None:
-    assert channel_labels(None, 2) == ("0", "1")
-    assert channel_labels(["agent", "customer"], 2) == ("agent", "customer")
-    for bad in (["agent"], ["a", "a"]):
+def test_labels_and_stream_id_ride_on_configured_and_are_fixed_once_started() -> None:
+    g = group()
+    fmt = AudioFormat("mulaw", 8000, 2)
+    g.handle(Configure(fmt, channel_labels=LABELS, stream_id="CA123"), 0.0)
+    (configured,) = g.events_to_send()
+    assert isinstance(configured, Configured)
+    assert configured.channel_labels == LABELS and configured.stream_id == "CA123"
+    assert configured.session_id == "call" and configured.audio == fmt
+    g.handle(Audio(b"\xff" * 1600), 0.0)
+    with pytest.raises(StateError):
+        g.handle(Configure(fmt, channel_labels=("a", "b")), 0.1)
+    with pytest.raises(StateError):
+        g.handle(Configure(fmt, stream_id="other"), 0.1)
+
+
+def test_audio_for_one_channel_goes_to_that_channel_alone() -> None:
+    g = group()
+    g.handle(Configure(AudioFormat(channels=2), channel_labels=LABELS), 0.0)
+    right, silence = to_s16le(RIGHT), to_s16le(np.zeros_like(LEFT))
+    for i in range(0, len(right), 3200):  # 100 ms a piece, at real pace
+        g.handle(Audio(right[i : i + 3200], channel=1), i / 32000)
+        g.handle(Audio(silence[i : i + 3200], channel=0), i / 32000)
+    g.handle(Stop(), 7.0)
+    requests = final_requests(g.requests_to_submit())
+    assert {r.session_id for r in requests} == {"call/1"}
+    with pytest.raises(InvalidFieldError):
+        group().handle(Audio(b"\0\0", channel=2), 0.0)
+
+
+def test_configure_checks_labels_and_stream_ids() -> None:
+    with pytest.raises(InvalidFieldError):
+        Configure(AudioFormat(channels=2), channel_labels=("agent",))
+    with pytest.raises(InvalidFieldError):
+        Configure(AudioFormat(channels=2), channel_labels=("a", "a"))
+    for bad in ("", "has space", "/slash", "x" * 129):
         with pytest.raises(InvalidFieldError):
-            channel_labels(bad, 2)
+            Configure(stream_id=bad)
+    assert Configure(stream_id="CA0123:4.5-6_7").stream_id == "CA0123:4.5-6_7"

@@ -136,7 +136,8 @@ def test_events_carry_version_and_type() -> None:
         {"text": " there", "start_ms": 1320, "end_ms": 1500},
     ]
     assert final["emotion"] == "happy" and final["rich_text"] == "hi there😊"
-    assert wire[0]["config"] == StartMessage().to_dict()
+    # The effective config names the stream: by default, by its session id.
+    assert wire[0]["config"] == StartMessage(stream_id="s1").to_dict()
 
 
 def codec(**limits: int) -> V1Codec:

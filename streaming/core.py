@@ -1,0 +1,108 @@
+"""A stream's core, chosen by its first command: one Session, or one per channel.
+
+Whether a stream is recognised channel by channel is known only from its first
+`Configure` (v1's `start`, Twilio's `start`, AudioHook's `open`), after the connection
+exists; this wrapper makes that choice then, and the server drives one interface either way.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from engine.types import InferenceRequest, InferenceResult
+from streaming.channels import ChannelGroup
+from streaming.commands import Command, Configure
+from streaming.errors import ProtocolError
+from streaming.events import SessionEvent
+from streaming.session import Session, SessionConfig
+from streaming.vad_types import VadModel
+
+
+class StreamSession(Protocol):
+    """What the server drives: commands and results in, requests and events out."""
+
+    session_id: str
+
+    @property
+    def engine_ids(self) -> tuple[str, ...]: ...
+
+    def handle(self, command: Command, now: float) -> None: ...
+
+    def receive_result(self, result: InferenceResult, now: float) -> None: ...
+
+    def end_of_stream(self, now: float) -> None: ...
+
+    def abort(self, error: ProtocolError, now: float) -> None: ...
+
+    def reject(self, error: ProtocolError) -> None: ...
+
+    def events_to_send(self) -> list[SessionEvent]: ...
+
+    def requests_to_submit(self) -> list[InferenceRequest]: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    @property
+    def owed_finals(self) -> int: ...
+
+
+class SessionCore:
+    """A Session, or a ChannelGroup when the first command configures a multichannel stream."""
+
+    def __init__(self, session_id: str, config: SessionConfig, vad_model: VadModel) -> None:
+        self.session_id = session_id
+        self._config = config
+        self._vad_model = vad_model
+        self._core: Session | ChannelGroup | None = None
+
+    def _chosen(self, first: Command | None = None) -> Session | ChannelGroup:
+        if self._core is None:
+            if isinstance(first, Configure) and first.multichannel:
+                self._core = ChannelGroup(
+                    self.session_id, self._config, self._vad_model, first.channel_labels
+                )
+            else:
+                self._core = Session(self.session_id, self._config, self._vad_model)
+        return self._core
+
+    @property
+    def engine_ids(self) -> tuple[str, ...]:
+        """The session ids the engine sees (one per channel); none before the choice."""
+        return () if self._core is None else self._core.engine_ids
+
+    def handle(self, command: Command, now: float) -> None:
+        self._chosen(command).handle(command, now)
+
+    def receive_result(self, result: InferenceResult, now: float) -> None:
+        self._chosen().receive_result(result, now)
+
+    def end_of_stream(self, now: float) -> None:
+        self._chosen().end_of_stream(now)
+
+    def abort(self, error: ProtocolError, now: float) -> None:
+        self._chosen().abort(error, now)
+
+    def reject(self, error: ProtocolError) -> None:
+        self._chosen().reject(error)
+
+    def events_to_send(self) -> list[SessionEvent]:
+        return [] if self._core is None else self._core.events_to_send()
+
+    def requests_to_submit(self) -> list[InferenceRequest]:
+        return [] if self._core is None else self._core.requests_to_submit()
+
+    @property
+    def finished(self) -> bool:
+        return self._core is not None and self._core.finished
+
+    @property
+    def stopped(self) -> bool:
+        return self._core is not None and self._core.stopped
+
+    @property
+    def owed_finals(self) -> int:
+        return 0 if self._core is None else self._core.owed_finals
