@@ -34,6 +34,8 @@ from server.listener import QuietServer, asgi_server, bind, bound_port, stop
 from server.models import choose_model, tuning_folder
 from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
+from server.streams import Publisher, StreamHub, Subscription
+from server.subscribers import Follower
 from server.web import main_app, ops_app
 from streaming.core import SessionCore
 from streaming.errors import ProtocolError, ServerFullError
@@ -102,6 +104,7 @@ class App:
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
+        self.streams = StreamHub(config.limits.max_pending_events)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
         self.routes = websocket_routes()
@@ -389,7 +392,7 @@ class App:
                 await port.send(frame)
             await port.close(over.close_code, "try again later")
             return
-        await self._run_session(port, codec)
+        await self._run_session(port, codec, route.protocol)
 
     def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> Codec | Response:
         """The connection's codec, or the HTTP answer that refuses its upgrade."""
@@ -439,7 +442,7 @@ class App:
             raise RuntimeError("no session before the engine is ready")
         return session_config(self.config, self.report)
 
-    async def _run_session(self, port: SocketPort, codec: Codec) -> None:
+    async def _run_session(self, port: SocketPort, codec: Codec, protocol: str) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]
@@ -452,6 +455,7 @@ class App:
             self.metrics,
             max_pending_events=self.config.limits.max_pending_events,
             idle_timeout_s=self.config.limits.idle_timeout_s,
+            publisher=Publisher(self.streams, session_id, protocol, time.time()),
         )
         peer = port.peer
         self.sessions[session_id] = conn
@@ -467,6 +471,46 @@ class App:
                 self._per_ip[peer] = left
             self.metrics.sessions.set(len(self.sessions))
 
+    # ---- subscribers ----------------------------------------------------------------
+
+    async def streams_route(self, request: Request) -> Response:
+        """GET /v1/streams: the live streams a subscriber may follow."""
+        if not self.authorized(request):
+            return unauthorized("missing or wrong API key")
+        return json_response(200, {"streams": self.streams.describe()})
+
+    async def follow(self, websocket: WebSocket) -> None:
+        """WS /v1/streams/{id}/events: a live stream's events, from now, after its finals."""
+        sub = await self._subscription(websocket)
+        if isinstance(sub, Response):
+            await websocket.send_denial_response(sub)
+            return
+        try:
+            await websocket.accept()
+            port = SocketPort(websocket)
+            port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
+            await Follower(port, sub, self.streams).run()
+        finally:
+            self.streams.unsubscribe(sub)
+
+    async def _subscription(self, websocket: WebSocket) -> Subscription | Response:
+        """A new follower of the stream the path names, or why it may not follow.
+
+        `?wait=S` (up to 30 s) holds the handshake until a stream that has not started yet
+        does: a follower that starts with the call need not race it.
+        """
+        refusal = self.refusal(websocket)
+        if refusal is not None:
+            return refusal
+        stream_id = websocket.path_params["stream_id"]
+        wait_s = readiness_wait(websocket.query_params.get("wait"), FOLLOW_WAIT_CAP_S)
+        stream = await self.streams.wait_for(stream_id, wait_s)
+        if stream is None:
+            return text_response(404, f"no live stream {stream_id!r}\n")
+        if len(stream.subscribers) >= MAX_SUBSCRIBERS:
+            return text_response(429, f"stream has {MAX_SUBSCRIBERS} subscribers\n")
+        return self.streams.subscribe(stream_id) or text_response(404, "stream ended\n")
+
     def _over_capacity(self, peer: str) -> ServerFullError | None:
         if len(self.sessions) >= self.config.limits.max_sessions:
             return ServerFullError(
@@ -477,6 +521,12 @@ class App:
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
 
+
+#: The longest a follower's handshake waits for its stream to start.
+FOLLOW_WAIT_CAP_S = 30.0
+
+#: Followers of one stream (each holds a socket and a bounded outbox).
+MAX_SUBSCRIBERS = 32
 
 #: What may wait in user space for one WebSocket client before sends wait (asyncio's own
 #: default is 64 KiB; --send-buffer-bytes sets both this and the kernel's buffer).

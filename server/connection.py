@@ -18,6 +18,7 @@ from engine.async_engine import AsyncEngine
 from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
 from server.socket_port import ClientGone, SocketPort
+from server.streams import Publisher
 from streaming.commands import Command
 from streaming.core import StreamSession
 from streaming.errors import (
@@ -28,7 +29,7 @@ from streaming.errors import (
     ProtocolError,
     SessionLimitError,
 )
-from streaming.events import Ended, ErrorEvent
+from streaming.events import Ended, ErrorEvent, SessionEvent
 from streaming.protocols.base import Codec
 
 log = logging.getLogger("sensestream.connection")
@@ -61,6 +62,7 @@ class Connection:
         *,
         max_pending_events: int = 256,
         idle_timeout_s: float = 30.0,
+        publisher: Publisher | None = None,
     ) -> None:
         self.ws = ws
         self.codec = codec
@@ -74,6 +76,11 @@ class Connection:
         self._engine_ids: list[str] = []
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
+        self._publisher = publisher
+        self._ended = False  # `Ended` was queued: followers have had the whole stream
+        self._lost: ErrorEvent = ErrorEvent(
+            "session_closed", "the stream's client went away before the stream ended"
+        )
         self._going_away = False
         self._error_close: int | None = None  # set by the first client error that ends it
         self._done = asyncio.Event()
@@ -107,6 +114,8 @@ class Connection:
             # hold this connection: drop them, or every session lingers until a full GC.
             self._tasks.clear()
             self._cancel_engine_sessions()
+            if self._publisher is not None:
+                self._publisher.close(None if self._ended else self._lost)
             self._done.set()
 
     async def drain(self) -> None:
@@ -179,7 +188,7 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - the session boundary: any fault ends it alone
             self._crash(exc)
             return False
-        return True
+        return self._error_close is None  # publishing can fail it (a taken stream id)
 
     def _fail(self, exc: ProtocolError) -> None:
         """Report a client error; the session still delivers the finals it owes."""
@@ -246,12 +255,22 @@ class Connection:
         for request in self.session.requests_to_submit():
             self.engine.submit(request)
         try:
-            for event in self.session.events_to_send():
-                self._outbox.put(event)
+            while events := self.session.events_to_send():
+                for event in events:
+                    self._outbox.put(event)
+                    self._publish(event)
         except OutboxOverflowError as exc:
             self._stats.protocol_error(exc.code)
             log.warning("session %s: %s", self.session.session_id, exc)
             self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
+
+    def _publish(self, event: SessionEvent) -> None:
+        """Followers get every event the client gets; a taken stream id ends the session."""
+        self._ended = self._ended or isinstance(event, Ended)
+        if self._publisher is not None:
+            refused = self._publisher.event(event)
+            if refused is not None:
+                self._fail(refused)
 
     def _open_engine_sessions(self) -> None:
         for engine_id in self.session.engine_ids:
@@ -274,9 +293,8 @@ class Connection:
         for task in (results, write):  # the reader stays, discarding (see _read)
             if task is not current:
                 task.cancel()
-        self._dropping = self._loop.create_task(
-            self._drop(ErrorEvent(code, message), close_code), name="drop"
-        )
+        self._lost = ErrorEvent(code, message)
+        self._dropping = self._loop.create_task(self._drop(self._lost, close_code), name="drop")
 
     def _extend_drop_grace(self) -> None:
         grace = self._drop_grace

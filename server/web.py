@@ -40,6 +40,8 @@ def main_app(app: App) -> Starlette:
     routes: list[BaseRoute] = [r for route in app.routes.values() for r in _stream(app, route)]
     routes += _health(app)
     routes += [
+        Route("/v1/streams", app.streams_route),
+        WebSocketRoute("/v1/streams/{stream_id}/events", app.follow, name="follow"),
         Route("/v1/models", app.file_api.models),
         Route("/v1/audio/transcriptions", app.file_api.transcriptions, methods=["POST"]),
     ]

@@ -105,3 +105,10 @@ class UnauthorizedError(ProtocolError):
 
     code = "unauthorized"
     close_code = CLOSE_POLICY_VIOLATION
+
+
+class StreamIdTakenError(ProtocolError):
+    """A client named its stream with the id of another live stream."""
+
+    code = "stream_id_taken"
+    close_code = CLOSE_POLICY_VIOLATION

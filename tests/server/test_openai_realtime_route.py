@@ -24,13 +24,13 @@ from engine.loader import BackendOptions, create_backend
 from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
-from streaming.audio import ulaw_to_linear
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
 from streaming.protocols.openai_realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
 from tools.client import run_session
+from tools.g711 import encode_mulaw
 from tools.speech import noise_floor
 
 SR = 16000
@@ -56,15 +56,7 @@ def pcm16_24k(audio: np.ndarray) -> bytes:
 
 
 def mulaw_8k(audio: np.ndarray) -> bytes:
-    """G.711 μ-law by nearest code (the decoder's table, inverted)."""
-    samples = to_s16le(soxr.resample(audio, SR, 8000))
-    linear = np.frombuffer(samples, "<i2").astype(np.int32)
-    table = ulaw_to_linear().astype(np.int32)
-    order = np.argsort(table, kind="stable")
-    ranked = table[order]
-    upper = np.clip(np.searchsorted(ranked, linear), 1, len(ranked) - 1)
-    nearer = np.where(linear - ranked[upper - 1] <= ranked[upper] - linear, upper - 1, upper)
-    return bytes(order[nearer].astype(np.uint8).tobytes())
+    return encode_mulaw(soxr.resample(audio, SR, 8000))
 
 
 PCM16 = WireFormat(
