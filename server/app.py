@@ -25,7 +25,7 @@ from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, cuda_uuids, load_nvml
 from engine.types import SAMPLE_RATE, RequestKind
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
-from server.config import ServerConfig
+from server.config import ListenConfig, ServerConfig
 from server.connection import Connection
 from server.file_api import FileApi
 from server.http import json_response, response, static_file, text_response, unauthorized
@@ -37,6 +37,7 @@ from server.socket_port import SocketPort
 from server.streams import Publisher, StreamHub, Subscription
 from server.subscribers import Follower
 from server.web import main_app, ops_app
+from server.webhooks import WebhookPolicy, Webhooks
 from streaming.core import SessionCore
 from streaming.errors import ProtocolError, ServerFullError
 from streaming.events import ErrorEvent
@@ -55,6 +56,7 @@ class ServerMetrics:
     sessions: Gauge = field(init=False)
     connections: Counter = field(init=False)
     errors: Counter = field(init=False)
+    webhooks: Counter = field(init=False)
     cold_start: Gauge = field(init=False)
     loop_lag: Histogram = field(init=False)
 
@@ -63,6 +65,9 @@ class ServerMetrics:
         self.sessions = Gauge("server_sessions", "Open streaming sessions", registry=r)
         self.connections = Counter("server_connections", "WebSocket sessions opened", registry=r)
         self.errors = Counter("server_errors", "Client errors by code", ["code"], registry=r)
+        self.webhooks = Counter(
+            "server_webhook_events", "Webhook events by outcome", ["outcome"], registry=r
+        )
         self.cold_start = Gauge("server_cold_start_seconds", "Load plus warm-up time", registry=r)
         self.loop_lag = Histogram(
             "server_event_loop_lag_seconds",
@@ -73,6 +78,16 @@ class ServerMetrics:
 
     def protocol_error(self, code: str) -> None:
         self.errors.labels(code).inc()
+
+    def webhook_event(self, outcome: str) -> None:
+        """One webhook event delivered, failed (after its retries) or dropped (queue full)."""
+        self.webhooks.labels(outcome).inc()
+
+
+def webhook_policy(listen: ListenConfig) -> WebhookPolicy | None:
+    if not listen.webhook_prefixes or listen.webhook_secret is None:
+        return None
+    return WebhookPolicy(listen.webhook_prefixes, listen.webhook_secret.encode())
 
 
 def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
@@ -105,6 +120,7 @@ class App:
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
         self.streams = StreamHub(config.limits.max_pending_events)
+        self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
         self.routes = websocket_routes()
@@ -179,6 +195,7 @@ class App:
             self._ready.set()  # a failed or abandoned load must not hold long polls
             if self.engine is not None:
                 await self.engine.close(timeout=self.config.shutdown_timeout_s)
+            await self.webhooks.close(timeout_s=self.config.shutdown_timeout_s)
 
     async def _load_unless_stopped(self) -> bool:
         """Load, but give up at SIGTERM: a first start can spend a minute building a model."""
@@ -455,7 +472,7 @@ class App:
             self.metrics,
             max_pending_events=self.config.limits.max_pending_events,
             idle_timeout_s=self.config.limits.idle_timeout_s,
-            publisher=Publisher(self.streams, session_id, protocol, time.time()),
+            publisher=Publisher(self.streams, session_id, protocol, time.time(), self.webhooks),
         )
         peer = port.peer
         self.sessions[session_id] = conn

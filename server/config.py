@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.budget import parse_size
 from engine.builder import EngineConfig
@@ -52,6 +53,10 @@ class ListenConfig:
     # Twilio signs each Media Streams handshake with the account's auth token; set it
     # (best through SENSESTREAM_TWILIO_AUTH_TOKEN) and /twilio refuses unsigned ones.
     twilio_auth_token: str | None = None
+    # Per-stream webhooks: URL prefixes a session may name (comma-separated), and the
+    # secret that signs every body (both needed; without them webhooks are refused).
+    webhook_allow: str | None = None
+    webhook_secret: str | None = None
     # The address clients use (https://asr.example.com) when a proxy stands in front:
     # a signed handshake signs that URL, not the one the server sees.
     public_url: str | None = None
@@ -69,6 +74,19 @@ class ListenConfig:
             raise ValueError("metrics_host needs metrics_port")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both certfile and keyfile")
+        if bool(self.webhook_prefixes) != bool(self.webhook_secret):
+            raise ValueError("webhooks need both webhook_allow and webhook_secret")
+        if self.webhook_secret is not None and len(self.webhook_secret) < 16:
+            raise ValueError("webhook_secret must be at least 16 characters")
+        for prefix in self.webhook_prefixes:
+            if not prefix.startswith(("http://", "https://")) or not urlsplit(prefix).netloc:
+                # End each with "/" (https://hooks.example.com/): a bare host would also
+                # allow https://hooks.example.com.evil.net.
+                raise ValueError("webhook_allow holds http:// or https:// URL prefixes")
+
+    @property
+    def webhook_prefixes(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in (self.webhook_allow or "").split(",") if p.strip())
 
     @property
     def origins(self) -> tuple[str, ...]:

@@ -14,8 +14,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from server.outbox import Outbox, OutboxOverflowError
-from streaming.errors import StreamIdTakenError
+from server.webhooks import WebhookDelivery, Webhooks
+from streaming.errors import ProtocolError, StreamIdTakenError, WebhookRefusedError
 from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, SessionEvent
+from streaming.protocols.v1 import event_to_dict
 
 #: The finals a late subscriber can still catch up on, per stream.
 MAX_BACKLOG = 1000
@@ -182,31 +184,61 @@ class StreamHub:
 
 
 class Publisher:
-    """One connection's link to the hub: publishes its session under its stream id."""
+    """One connection's link to the hub (and its webhook): publishes its session's events."""
 
-    def __init__(self, hub: StreamHub, session_id: str, protocol: str, started: float) -> None:
+    def __init__(
+        self,
+        hub: StreamHub,
+        session_id: str,
+        protocol: str,
+        started: float,
+        webhooks: Webhooks | None = None,
+    ) -> None:
         self._hub = hub
         self._session_id = session_id
         self._protocol = protocol
         self._started = started
+        self._webhooks = webhooks
         self._stream: LiveStream | None = None
+        self._webhook: WebhookDelivery | None = None
         self._refused = False
 
-    def event(self, event: SessionEvent) -> StreamIdTakenError | None:
+    def event(self, event: SessionEvent) -> ProtocolError | None:
         """Publish one event; the first `Configured` lists the stream (or is refused)."""
-        if self._stream is not None:
-            self._hub.publish(self._stream, event)
-        elif isinstance(event, Configured) and not self._refused:
-            try:
-                self._stream = self._hub.open(
-                    event, self._session_id, self._protocol, self._started
-                )
-            except StreamIdTakenError as exc:
-                self._refused = True
-                return exc
+        if self._stream is None:
+            if isinstance(event, Configured) and not self._refused:
+                refused = self._open(event)
+                self._refused = refused is not None
+                return refused
+            return None
+        self._hub.publish(self._stream, event)
+        if self._webhook is not None and isinstance(event, Final | Failed | Ended):
+            self._webhook.send(self._webhook_body(self._stream, event))
         return None
+
+    def _open(self, event: Configured) -> ProtocolError | None:
+        url = event.webhook_url
+        policy = self._webhooks.policy if self._webhooks is not None else None
+        if url is not None and (policy is None or not policy.allows(url)):
+            return WebhookRefusedError(f"this server does not send webhooks to {url}")
+        try:
+            self._stream = self._hub.open(event, self._session_id, self._protocol, self._started)
+        except StreamIdTakenError as exc:
+            return exc
+        if url is not None and self._webhooks is not None:
+            self._webhook = self._webhooks.open(url)
+        return None
+
+    def _webhook_body(self, stream: LiveStream, event: SessionEvent) -> dict[str, object]:
+        return {
+            "stream_id": stream.stream_id,
+            "session_id": stream.session_id,
+            "event": event_to_dict(event, stream.configured.channel_labels),
+        }
 
     def close(self, reason: ErrorEvent | None) -> None:
         """The connection is over; `reason` says why when it ended without `Ended`."""
         if self._stream is not None:
             self._hub.close(self._stream, None if self._stream.ended else reason)
+        if self._webhook is not None:
+            self._webhook.finish()

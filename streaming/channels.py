@@ -66,7 +66,6 @@ class ChannelGroup:
             for c in range(len(labels))
         )
         self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}
-        self._stream_id = session_id
         self._splitter: ChannelSplitter | None = None
         self._events: list[SessionEvent] = []
         self._ended = False
@@ -149,11 +148,12 @@ class ChannelGroup:
             )
         if command.channel_labels not in ((), self.labels):
             raise StateError("the channel layout is fixed once the stream has started")
-        if command.stream_id is not None and command.stream_id != self._stream_id:
-            if self._splitter is not None:
-                raise StateError("the stream id is fixed once the stream has started")
-            self._stream_id = command.stream_id
-        mono = Configure(replace(fmt, channels=1), command.options)
+        mono = Configure(
+            replace(fmt, channels=1),
+            command.options,
+            stream_id=command.stream_id,
+            webhook_url=command.webhook_url,
+        )
         for session in self.channels:
             session.handle(mono, now)
         if self._splitter is None:
@@ -174,10 +174,12 @@ class ChannelGroup:
 
     def _configured(self, event: Configured) -> Configured:
         audio = replace(event.audio, channels=len(self.channels))
+        # Channel sessions are named `<id>/<c>`; the stream is named after the group.
+        stream_id = self.session_id if event.stream_id == event.session_id else event.stream_id
         return replace(
             event,
             session_id=self.session_id,
             audio=audio,
             channel_labels=self.labels,
-            stream_id=self._stream_id,
+            stream_id=stream_id,
         )

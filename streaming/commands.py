@@ -17,6 +17,7 @@ CLIENT_LANGUAGES = LANGUAGES[:-1]
 PACES = ("live", "replay")
 #: What a client-named stream id may hold: ids travel in URL paths (/v1/streams/{id}).
 STREAM_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+WEBHOOK_SCHEMES = ("http://", "https://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +65,20 @@ class Configure:
 
     `channel_labels` names each channel of a stream recognised channel by channel (a
     call's agent and customer); empty mixes the channels to mono. `stream_id` is the name
-    subscribers follow the stream by (None: the session id). Neither may change later.
+    subscribers follow the stream by (None: the session id). Neither may change later,
+    nor may `webhook_url`.
     """
 
     audio: AudioFormat = field(default_factory=AudioFormat)
     options: StreamOptions = field(default_factory=StreamOptions)
     channel_labels: tuple[str, ...] = ()
     stream_id: str | None = None
+    # Where the server POSTs this stream's finals (the server decides which URLs it allows).
+    webhook_url: str | None = None
 
     def __post_init__(self) -> None:
+        if self.webhook_url is not None and not self.webhook_url.startswith(WEBHOOK_SCHEMES):
+            raise InvalidFieldError("webhook_url must be an http:// or https:// URL")
         labels = self.channel_labels
         if labels and (len(labels) != self.audio.channels or len(set(labels)) != len(labels)):
             raise InvalidFieldError(

@@ -112,3 +112,10 @@ class StreamIdTakenError(ProtocolError):
 
     code = "stream_id_taken"
     close_code = CLOSE_POLICY_VIOLATION
+
+
+class WebhookRefusedError(ProtocolError):
+    """A client named a webhook URL the server does not allow (or has no webhooks)."""
+
+    code = "webhook_not_allowed"
+    close_code = CLOSE_POLICY_VIOLATION

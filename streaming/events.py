@@ -22,6 +22,7 @@ class Configured:
     test_model: bool
     channel_labels: tuple[str, ...] = ()  # a multichannel stream's channels, by index
     stream_id: str = ""  # what subscribers follow it by
+    webhook_url: str | None = None  # where its finals are POSTed, if anywhere
 
     @property
     def multichannel(self) -> bool:

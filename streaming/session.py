@@ -140,6 +140,7 @@ class Session:
         self._stopped = False
         self._end_sent = False
         self._stream_id = session_id  # a client may name it in its first Configure
+        self._webhook_url: str | None = None
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -252,10 +253,7 @@ class Session:
     def _configure(self, command: Configure) -> None:
         if command.multichannel:
             raise StateError("the channel layout is fixed once the stream has started")
-        if command.stream_id is not None and command.stream_id != self._stream_id:
-            if self._audio is not None:
-                raise StateError("the stream id is fixed once the stream has started")
-            self._stream_id = command.stream_id
+        self._name_stream(command)
         if self._decoder is not None and self._decoder.samples_in > 0:
             # Format and turn detection shape the audio already buffered; options do not.
             if command.audio != self._audio or command.options.turns != self._options.turns:
@@ -263,6 +261,15 @@ class Session:
         else:
             self._start_stream(command)
         self._announce(command)
+
+    def _name_stream(self, command: Configure) -> None:
+        """The stream id and webhook come with the first Configure and never change."""
+        renamed = command.stream_id is not None and command.stream_id != self._stream_id
+        rehooked = command.webhook_url is not None and command.webhook_url != self._webhook_url
+        if (renamed or rehooked) and self._audio is not None:
+            raise StateError("the stream id and webhook are fixed once the stream has started")
+        self._stream_id = command.stream_id or self._stream_id
+        self._webhook_url = command.webhook_url or self._webhook_url
 
     def _announce(self, command: Configure) -> None:
         self._options = command.options
@@ -278,6 +285,7 @@ class Session:
                 config.model_name,
                 config.test_model,
                 stream_id=self._stream_id,
+                webhook_url=self._webhook_url,
             )
         )
 

@@ -55,6 +55,7 @@ class StartMessage:
     multichannel: bool = False  # recognise each channel on its own (a call's two parties)
     channel_labels: tuple[str, ...] = ()  # names for the channels (default "0", "1")
     stream_id: str | None = None  # what subscribers follow the stream by
+    webhook_url: str | None = None  # where the server POSTs the finals (if it allows it)
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
@@ -72,7 +73,7 @@ class StartMessage:
             self.pace,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
-        return Configure(audio, options, self.labels(), self.stream_id)
+        return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
 
     def labels(self) -> tuple[str, ...]:
         """The channel labels of a multichannel stream; () when its channels are mixed."""
@@ -106,6 +107,7 @@ START_FIELDS: Mapping[str, type] = {
     "multichannel": bool,
     "channel_labels": list,
     "stream_id": str,
+    "webhook_url": str,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -170,6 +172,7 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "multichannel": event.multichannel,
         "channel_labels": list(event.channel_labels),
         "stream_id": event.stream_id or event.session_id,
+        "webhook_url": event.webhook_url,
     }
     return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 

@@ -18,16 +18,26 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.callcentre.call import LABELS, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow, follow_url
 from tests.server.conftest import ServerProcess
+from tests.server.test_webhooks import Receiver, receiving
 from tests.speech import chunks
 
 KEY = "subscriber-test-key-0123456789"
+SECRET = b"webhook-secret-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY)
+    proc = ServerProcess(
+        tiny_model_dir,
+        "--api-keys",
+        KEY,
+        "--webhook-allow",
+        "http://127.0.0.1:",
+        "--webhook-secret",
+        SECRET.decode(),
+    )
     yield proc
     proc.stop()
 
@@ -37,9 +47,10 @@ def call(tmp_path_factory: pytest.TempPathFactory) -> Call:
     return make_call(tmp_path_factory.mktemp("call"))
 
 
-def start(stream_id: str) -> str:
+def start(stream_id: str, **extra: Any) -> str:
     return json.dumps(
-        {
+        extra
+        | {
             "type": "start",
             "sample_rate": RATE,
             "encoding": "mulaw",
@@ -188,3 +199,36 @@ def test_a_caller_that_vanishes_ends_its_followers_with_an_error(
     followed = run(scenario())
     assert [e["type"] for e in followed.events][-2:] == ["error", "end"]
     assert followed.events[-2]["code"] == "session_closed"
+
+
+def test_a_streams_finals_and_end_are_posted_to_its_webhook(
+    server: ServerProcess, call: Call
+) -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+        receiver = Receiver()
+        async with receiving(receiver) as hook:
+            async with connect(server.url, additional_headers=AUTH) as ws:
+                await ws.send(start("call-hook", webhook_url=hook))
+                for frame in chunks(call.stereo(), 1600):
+                    await ws.send(frame)
+                await ws.send(json.dumps({"type": "stop"}))
+                caller = await read_all(ws)
+            # The end is the last event posted: once it is in, everything is.
+            await asyncio.wait_for(receiver.got_end.wait(), 30)
+        return caller, receiver.bodies, receiver.valid_signatures
+
+    caller, bodies, signed = run(scenario())
+    assert signed and {b["stream_id"] for b in bodies} == {"call-hook"}
+    posted = [b["event"] for b in bodies]
+    assert posted == [e for e in caller if e["type"] in ("final", "end")]
+
+
+def test_a_webhook_outside_the_allowed_prefixes_is_refused(server: ServerProcess) -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], int | None]:
+        async with connect(server.url, additional_headers=AUTH) as ws:
+            await ws.send(start("call-evil", webhook_url="http://169.254.169.254/latest"))
+            return await read_all(ws), ws.close_code
+
+    events, code = run(scenario())
+    assert [e["type"] for e in events] == ["ready", "error", "end"]
+    assert events[1]["code"] == "webhook_not_allowed" and code == 1008

@@ -1,0 +1,163 @@
+"""Per-stream webhooks: a stream's finals and its end POSTed as JSON, signed, in order, retried.
+
+A session names its webhook (v1 `start.webhook_url`); the operator decides which URLs may
+be named (`--webhook-allow` prefixes) and signs every body with `--webhook-secret`:
+`X-SenseStream-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`, with the
+timestamp (Unix seconds) in `X-SenseStream-Timestamp`, so a receiver can check both the
+sender and the freshness. A slow or failing receiver never holds up the stream: events
+wait in a bounded queue and are dropped (counted) past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+log = logging.getLogger("sensestream.webhooks")
+
+SIGNATURE_HEADER = "X-SenseStream-Signature"
+TIMESTAMP_HEADER = "X-SenseStream-Timestamp"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookPolicy:
+    """Which URLs sessions may name, the signing secret, and how hard to try."""
+
+    allow: tuple[str, ...]
+    secret: bytes
+    attempts: int = 5
+    first_backoff_s: float = 0.5  # doubles after each failed attempt
+    timeout_s: float = 10.0
+    max_pending: int = 1000
+
+    def allows(self, url: str) -> bool:
+        return any(url.startswith(prefix) for prefix in self.allow)
+
+
+def signature(secret: bytes, timestamp: str, body: bytes) -> str:
+    """The signature header's value for one body sent at `timestamp`."""
+    digest = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+class WebhookDelivery:
+    """One stream's webhook: one task posts its events in order, each retried with backoff."""
+
+    def __init__(
+        self,
+        url: str,
+        policy: WebhookPolicy,
+        http: aiohttp.ClientSession,
+        count: Callable[[str], None],
+    ) -> None:
+        self.url = url
+        self._policy = policy
+        self._http = http
+        self._count = count
+        self._queue: deque[bytes] = deque()
+        self._ready = asyncio.Event()
+        self._finished = False
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="webhook")
+
+    def send(self, payload: dict[str, Any]) -> None:
+        """Queue one event; past the bound it is dropped (and counted), never waited on."""
+        if len(self._queue) >= self._policy.max_pending:
+            self._count("dropped")
+            return
+        self._queue.append(json.dumps(payload, ensure_ascii=False).encode())
+        self._ready.set()
+
+    def finish(self) -> None:
+        """No more events: the task ends once what is queued has been tried."""
+        self._finished = True
+        self._ready.set()
+
+    async def _run(self) -> None:
+        while True:
+            while not self._queue:
+                if self._finished:
+                    return
+                self._ready.clear()
+                await self._ready.wait()
+            body = self._queue.popleft()
+            self._count("delivered" if await self._deliver(body) else "failed")
+
+    async def _deliver(self, body: bytes) -> bool:
+        delay = self._policy.first_backoff_s
+        for attempt in range(1, self._policy.attempts + 1):
+            retry = await self._post(body, attempt)
+            if retry is None:
+                return True
+            if not retry or attempt == self._policy.attempts:
+                break
+            await asyncio.sleep(delay)  # a backoff between attempts, not a poll
+            delay *= 2
+        log.warning("webhook %s: an event was not delivered", self.url)
+        return False
+
+    async def _post(self, body: bytes, attempt: int) -> bool | None:
+        """None when delivered; else whether trying again may help."""
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: signature(self._policy.secret, timestamp, body),
+        }
+        timeout = aiohttp.ClientTimeout(total=self._policy.timeout_s)
+        try:
+            async with self._http.post(
+                self.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            ) as answer:
+                if answer.status < 300:
+                    return None
+                log.info("webhook %s: attempt %d: HTTP %d", self.url, attempt, answer.status)
+                # The receiver refused this body: only its overload or failure is retried.
+                return answer.status >= 500 or answer.status in (408, 429)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("webhook %s: attempt %d: %s", self.url, attempt, type(exc).__name__)
+            return True
+
+
+class Webhooks:
+    """The app's webhook deliveries and their one HTTP client."""
+
+    def __init__(self, policy: WebhookPolicy | None, count: Callable[[str], None]) -> None:
+        self.policy = policy
+        self._count = count
+        self._http: aiohttp.ClientSession | None = None
+        self._running: set[WebhookDelivery] = set()
+
+    def open(self, url: str) -> WebhookDelivery:
+        """A delivery to `url` (the caller has checked the policy allows it)."""
+        if self.policy is None:
+            raise RuntimeError("webhooks are not configured")
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        delivery = WebhookDelivery(url, self.policy, self._http, self._count)
+        self._running.add(delivery)
+        delivery.task.add_done_callback(lambda _: self._running.discard(delivery))
+        return delivery
+
+    async def close(self, timeout_s: float) -> None:
+        """Let queued events go out (within `timeout_s`), then close the client."""
+        running = list(self._running)
+        tasks = [d.task for d in running]
+        for delivery in running:
+            delivery.finish()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()

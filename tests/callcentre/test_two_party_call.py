@@ -1,0 +1,137 @@
+"""Acceptance: a two-party call through each call-centre ingest, read by a subscriber.
+
+The same espeak call (two voices, overlapping turns, 8 kHz μ-law) goes through protocol v1
+multichannel, a Twilio Media Streams emulator and a Genesys AudioHook emulator. In each,
+a subscriber gets per-channel finals whose text is the offline decode of that channel's
+own segment (the test model's text is garbage, but fixed), at the times of the v1 run,
+and its `end` only after every owed final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from engine.loader import BackendOptions, create_backend
+from engine.model_dir import load_model_dir
+from engine.recognizer import Recognizer
+from engine.types import DecodeOptions
+from tests.callcentre.call import LABELS, RATE, Call, make_call
+from tests.callcentre.subscriber import Followed, follow
+from tests.server.conftest import ServerProcess
+from tests.speech import chunks
+
+KEY = "callcentre-test-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+TIMEOUT_S = 180.0
+#: How far a protocol's final times may sit from the v1 run's.
+TOLERANCE_MS = 100
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def call(tmp_path_factory: pytest.TempPathFactory) -> Call:
+    return make_call(tmp_path_factory.mktemp("call"))
+
+
+@pytest.fixture(scope="module")
+def recognizer(tiny_model_dir: Path) -> Recognizer:
+    model_dir = load_model_dir(tiny_model_dir)
+    return Recognizer(model_dir, create_backend(model_dir, BackendOptions(precision="fp32")))
+
+
+def run(scenario: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario, TIMEOUT_S))
+
+
+async def v1_call(url: str, call: Call, stream_id: str) -> None:
+    """The call as one v1 multichannel stream of 100 ms stereo frames at real pace."""
+    start = {
+        "type": "start",
+        "sample_rate": RATE,
+        "encoding": "mulaw",
+        "channels": 2,
+        "multichannel": True,
+        "channel_labels": list(LABELS),
+        "stream_id": stream_id,
+    }
+    loop = asyncio.get_running_loop()
+    async with connect(url, additional_headers=AUTH) as ws:
+        await ws.send(json.dumps(start))
+        t0 = loop.time()
+        for i, frame in enumerate(chunks(call.stereo(), 2 * RATE // 10)):
+            await asyncio.sleep(max(0.0, t0 + i * 0.1 - loop.time()))
+            await ws.send(frame)
+        await ws.send(json.dumps({"type": "stop"}))
+        async for _ in ws:
+            pass
+
+
+async def followed_while(url: str, stream_id: str, caller: Any) -> Followed:
+    """A subscriber's view of the stream `caller` plays (it subscribes first)."""
+    follower = asyncio.create_task(follow(url, stream_id, AUTH))
+    await caller
+    return await follower
+
+
+@pytest.fixture(scope="module")
+def v1_run(server: ServerProcess, call: Call) -> Followed:
+    return run(followed_while(server.url, "v1-call", v1_call(server.url, call, "v1-call")))
+
+
+def offline(recognizer: Recognizer, audio: np.ndarray, final: dict[str, Any]) -> str:
+    segment = audio[final["start_ms"] * 16 : final["end_ms"] * 16]
+    return recognizer.decode([recognizer.prepare(segment, DecodeOptions())])[0].text
+
+
+def check_call(followed: Followed, call: Call, recognizer: Recognizer) -> list[dict[str, Any]]:
+    """Per-channel finals that are each channel's own speech, then `end` after them all."""
+    assert followed.events[0]["type"] == "ready" and followed.events[-1]["type"] == "end"
+    assert followed.close_code == 1000
+    finals = followed.of("final")
+    started = followed.of("speech_started")
+    # Every utterance the subscriber saw start got its final before the end.
+    assert sorted((e["channel"], e["utt_id"]) for e in started) == sorted(
+        (f["channel"], f["utt_id"]) for f in finals
+    )
+    heard = [call.heard(c) for c in range(2)]
+    for final in finals:
+        channel = final["channel"]
+        assert final["label"] == LABELS[channel]
+        assert final["text"] == offline(recognizer, heard[channel], final)
+        # Its span is speech of its own channel, never only the other party's.
+        mid = (final["start_ms"] + final["end_ms"]) / 2000
+        own = [(s, e) for c, s, e in call.spans if c == channel]
+        assert any(s - 0.5 <= mid <= e + 0.5 for s, e in own), (final, own)
+    assert {f["channel"] for f in finals} == {0, 1}
+    return finals
+
+
+def spans(finals: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    return sorted((f["channel"], f["start_ms"], f["end_ms"]) for f in finals)
+
+
+def assert_same_times(finals: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
+    got, want = spans(finals), spans(reference)
+    assert len(got) == len(want), (got, want)
+    for (c1, s1, e1), (c2, s2, e2) in zip(got, want, strict=True):
+        assert c1 == c2 and abs(s1 - s2) <= TOLERANCE_MS and abs(e1 - e2) <= TOLERANCE_MS
+
+
+def test_v1_multichannel_call(v1_run: Followed, call: Call, recognizer: Recognizer) -> None:
+    finals = check_call(v1_run, call, recognizer)
+    # Both parties' speech was found: at least one final per turn.
+    assert len(finals) >= len(call.spans)

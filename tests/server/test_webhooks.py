@@ -1,0 +1,156 @@
+"""Webhooks: signed, ordered, retried when the receiver fails, bounded when it lags."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from server.webhooks import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookDelivery,
+    WebhookPolicy,
+    Webhooks,
+    signature,
+)
+
+SECRET = b"webhook-secret-0123456789"
+
+
+@dataclass
+class Receiver:
+    """A real HTTP receiver that answers each POST with the next planned status."""
+
+    plan: list[int] = field(default_factory=list)  # statuses to answer first; then 200
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+    valid_signatures: bool = True
+    gate: asyncio.Event | None = None  # when set, requests wait for it
+    got_end: asyncio.Event = field(default_factory=asyncio.Event)  # a stream's `end` came
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.attempts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        body = await request.read()
+        expected = signature(SECRET, request.headers[TIMESTAMP_HEADER], body)
+        self.valid_signatures &= request.headers[SIGNATURE_HEADER] == expected
+        status = self.plan.pop(0) if self.plan else 200
+        if status == 200:
+            self.bodies.append(json.loads(body))
+            if self.bodies[-1].get("event", {}).get("type") == "end":
+                self.got_end.set()
+        return web.Response(status=status)
+
+
+@asynccontextmanager
+async def receiving(receiver: Receiver) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/hook", receiver.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/hook"
+    finally:
+        await runner.cleanup()
+
+
+def policy(**overrides: Any) -> WebhookPolicy:
+    return WebhookPolicy(("http://127.0.0.1:",), SECRET, **{"first_backoff_s": 0.01, **overrides})
+
+
+async def deliver(
+    receiver: Receiver, events: list[dict[str, Any]], pol: WebhookPolicy
+) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def count(outcome: str) -> None:
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+    async with receiving(receiver) as url, aiohttp.ClientSession() as http:
+        delivery = WebhookDelivery(url, pol, http, count)
+        for event in events:
+            delivery.send(event)
+        delivery.finish()
+        if receiver.gate is not None:
+            receiver.gate.set()
+        await asyncio.wait_for(delivery.task, 10)
+    return counts
+
+
+def run(scenario: Callable[[], Any]) -> Any:
+    return asyncio.run(scenario())
+
+
+def test_events_arrive_in_order_and_signed() -> None:
+    receiver = Receiver()
+    events = [{"n": i} for i in range(5)]
+    counts = run(lambda: deliver(receiver, events, policy()))
+    assert receiver.bodies == events and receiver.valid_signatures
+    assert counts == {"delivered": 5}
+
+
+def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not() -> None:
+    receiver = Receiver(plan=[503, 500, 429, 400])
+    counts = run(lambda: deliver(receiver, [{"n": 0}, {"n": 1}], policy()))
+    # 503, 500 and 429 are retried until the fourth answer, 400, refuses the body for good.
+    assert receiver.bodies == [{"n": 1}] and receiver.attempts == 5
+    assert counts == {"failed": 1, "delivered": 1}
+
+
+def test_an_unreachable_receiver_fails_after_its_attempts() -> None:
+    async def scenario() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        async with aiohttp.ClientSession() as http:
+            # A port nothing listens on: every attempt is refused at once.
+            delivery = WebhookDelivery(
+                "http://127.0.0.1:9/hook",
+                policy(attempts=3),
+                http,
+                lambda o: counts.__setitem__(o, counts.get(o, 0) + 1),
+            )
+            delivery.send({"n": 0})
+            delivery.finish()
+            await asyncio.wait_for(delivery.task, 10)
+        return counts
+
+    assert run(scenario) == {"failed": 1}
+
+
+def test_a_lagging_receiver_costs_events_past_the_bound_never_waiting() -> None:
+    receiver = Receiver(gate=asyncio.Event())
+    events = [{"n": i} for i in range(6)]
+    counts = run(lambda: deliver(receiver, events, policy(max_pending=3)))
+    # All six were queued at once, before the first POST could start: three fit.
+    assert counts == {"dropped": 3, "delivered": 3}
+    assert receiver.bodies == events[:3]
+
+
+def test_the_policy_allows_only_its_prefixes() -> None:
+    pol = WebhookPolicy(("https://hooks.example.com/",), SECRET)
+    assert pol.allows("https://hooks.example.com/calls")
+    assert not pol.allows("https://hooks.example.com.evil.net/")
+    assert not pol.allows("http://169.254.169.254/latest")
+
+
+def test_close_lets_queued_events_go_out() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        receiver = Receiver()
+        async with receiving(receiver) as url:
+            hooks = Webhooks(policy(), lambda outcome: None)
+            delivery = hooks.open(url)
+            delivery.send({"n": 0})
+            await hooks.close(timeout_s=5)
+        return receiver.bodies
+
+    assert run(scenario) == [{"n": 0}]
