@@ -358,6 +358,7 @@ class App:
             "state": self.state,
             "uptime_s": round(time.monotonic() - self.started, 1),
             "sessions": len(self.sessions),
+            "streams": len(self.streams),
             "asyncio_tasks": len(asyncio.all_tasks()),
             "test_model": bool(self.report and self.report.test_model),
             "engine": self.report.to_dict() if self.report else None,
