@@ -434,10 +434,8 @@ class App:
         )
 
     def _key_ok(self, key: str | None) -> bool:
-        ok = not self.keys or key_matches(None if key is None else key.encode(), self.keys)
-        if not ok:
-            self.metrics.protocol_error("unauthorized")
-        return ok
+        # A refusal is counted where the codec's error ends the session.
+        return not self.keys or key_matches(None if key is None else key.encode(), self.keys)
 
     def _handshake(self, websocket: WebSocket) -> Handshake:
         query = websocket.query_params

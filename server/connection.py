@@ -9,6 +9,7 @@ writer sends events out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -41,6 +42,8 @@ DROP_GRACE_S = 5.0
 #: yet), but never beyond this: a client that sends forever cannot hold the socket.
 DROP_MAX_S = 60.0
 INTERNAL_ERROR = "internal_error"
+#: How long a session whose client ended its stream and left may run on for its followers.
+OWED_FINALS_S = 30.0
 
 
 class ConnectionStats(Protocol):
@@ -77,7 +80,7 @@ class Connection:
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._publisher = publisher
-        self._ended = False  # `Ended` was queued: followers have had the whole stream
+        self._ended = asyncio.Event()  # `Ended` was queued: followers have had the whole stream
         self._lost: ErrorEvent = ErrorEvent(
             "session_closed", "the stream's client went away before the stream ended"
         )
@@ -103,6 +106,8 @@ class Connection:
             await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
             if not write.done() and not self._client_gone(read) and self._dropping is None:
                 await asyncio.wait([write])  # a drop may cancel it: wait, never raise
+            elif self._client_gone(read) and self.session.stopped and self._publisher is not None:
+                await self._finish_for_followers()
             if self._dropping is not None:
                 await self._dropping
         finally:
@@ -115,8 +120,15 @@ class Connection:
             self._tasks.clear()
             self._cancel_engine_sessions()
             if self._publisher is not None:
-                self._publisher.close(None if self._ended else self._lost)
+                self._publisher.close(None if self._ended.is_set() else self._lost)
             self._done.set()
+
+    async def _finish_for_followers(self) -> None:
+        """The client ended its stream and left at once (Twilio closes right after `stop`):
+        its followers are still owed the finals, so the session runs on until `Ended`."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(OWED_FINALS_S):
+                await self._ended.wait()
 
     async def drain(self) -> None:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
@@ -266,7 +278,8 @@ class Connection:
 
     def _publish(self, event: SessionEvent) -> None:
         """Followers get every event the client gets; a taken stream id ends the session."""
-        self._ended = self._ended or isinstance(event, Ended)
+        if isinstance(event, Ended):
+            self._ended.set()
         if self._publisher is not None:
             refused = self._publisher.event(event)
             if refused is not None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.funasr import FunasrCodec
+from streaming.protocols.audiohook import make_audiohook_codec
 from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
+from streaming.protocols.twilio import make_twilio_codec
 from streaming.protocols.v1 import V1Codec
 
 
@@ -48,5 +50,8 @@ def websocket_routes() -> dict[str, WebSocketRoute]:
         WebSocketRoute("/ws", "v1", _v1),
         WebSocketRoute("/funasr", "funasr", _funasr),
         WebSocketRoute("/v1/realtime", "openai-realtime", _openai),
+        # Twilio cannot set headers or a query string: the key rides in `start`.
+        WebSocketRoute("/twilio", "twilio", make_twilio_codec, key_in_band=True),
+        WebSocketRoute("/audiohook", "audiohook", make_audiohook_codec),
     )
     return {route.path: route for route in routes}

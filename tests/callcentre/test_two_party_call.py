@@ -25,6 +25,7 @@ from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
 from tests.callcentre.call import LABELS, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow
+from tests.callcentre.twilio_emulator import TwilioCall, play_call
 from tests.server.conftest import ServerProcess
 from tests.speech import chunks
 
@@ -97,8 +98,18 @@ def offline(recognizer: Recognizer, audio: np.ndarray, final: dict[str, Any]) ->
     return recognizer.decode([recognizer.prepare(segment, DecodeOptions())])[0].text
 
 
-def check_call(followed: Followed, call: Call, recognizer: Recognizer) -> list[dict[str, Any]]:
-    """Per-channel finals that are each channel's own speech, then `end` after them all."""
+def check_call(
+    followed: Followed,
+    call: Call,
+    recognizer: Recognizer,
+    parties: tuple[int, int] = (0, 1),
+    labels: tuple[str, str] = LABELS,
+) -> list[dict[str, Any]]:
+    """Per-channel finals that are each channel's own speech, then `end` after them all.
+
+    `parties[c]` is the call's channel (0 agent, 1 customer) that stream channel c carries.
+    Returns the finals with their channels renamed to the call's.
+    """
     assert followed.events[0]["type"] == "ready" and followed.events[-1]["type"] == "end"
     assert followed.close_code == 1000
     finals = followed.of("final")
@@ -109,15 +120,15 @@ def check_call(followed: Followed, call: Call, recognizer: Recognizer) -> list[d
     )
     heard = [call.heard(c) for c in range(2)]
     for final in finals:
-        channel = final["channel"]
-        assert final["label"] == LABELS[channel]
+        assert final["label"] == labels[final["channel"]]
+        channel = parties[final["channel"]]
         assert final["text"] == offline(recognizer, heard[channel], final)
         # Its span is speech of its own channel, never only the other party's.
         mid = (final["start_ms"] + final["end_ms"]) / 2000
         own = [(s, e) for c, s, e in call.spans if c == channel]
         assert any(s - 0.5 <= mid <= e + 0.5 for s, e in own), (final, own)
     assert {f["channel"] for f in finals} == {0, 1}
-    return finals
+    return [f | {"channel": parties[f["channel"]]} for f in finals]
 
 
 def spans(finals: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
@@ -135,3 +146,16 @@ def test_v1_multichannel_call(v1_run: Followed, call: Call, recognizer: Recogniz
     finals = check_call(v1_run, call, recognizer)
     # Both parties' speech was found: at least one final per turn.
     assert len(finals) >= len(call.spans)
+
+
+def test_twilio_call(
+    server: ServerProcess, call: Call, recognizer: Recognizer, v1_run: Followed
+) -> None:
+    # Twilio's inbound track is the caller (our customer), outbound what the caller hears.
+    twilio = TwilioCall(call.channels[1], call.channels[0], "CA" + "5" * 32, {"api_key": KEY})
+    url = server.url.replace("/ws", "/twilio")
+    # 20 ms frames at real pace, shuffled by a few frames; Twilio hangs up after `stop`.
+    played = play_call(url, twilio, speed=1.0, shuffle_frames=3, close_after_stop=True)
+    followed = run(followed_while(server.url, twilio.call_sid, played))
+    finals = check_call(followed, call, recognizer, (1, 0), ("inbound", "outbound"))
+    assert_same_times(finals, check_call(v1_run, call, recognizer))
