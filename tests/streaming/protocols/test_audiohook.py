@@ -1,0 +1,818 @@
+"""The Genesys AudioHook (v2) codec: every message and error path, over a real session core."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.types import InferenceRequest, InferenceResult, Token, Transcript
+from streaming.audio import AudioFormat
+from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
+from streaming.core import SessionCore
+from streaming.errors import (
+    CLOSE_INVALID_PAYLOAD,
+    CLOSE_MESSAGE_TOO_BIG,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_PROTOCOL_ERROR,
+    InvalidFieldError,
+    ProtocolError,
+)
+from streaming.events import Ended, ErrorEvent, Final, Partial
+from streaming.limits import SessionLimits
+from streaming.protocols.audiohook import MAX_FILL_S, AudioHookCodec, make_audiohook_codec
+from streaming.protocols.audiohook_messages import (
+    MAX_TEXT_BYTES,
+    NULL_UUID,
+    Media,
+    choose_media,
+    duration_field,
+    format_duration,
+)
+from streaming.protocols.audiohook_timeline import Timeline
+from streaming.protocols.audiohook_transcript import (
+    SUPPORTED_LANGUAGES,
+    language_tag,
+    stream_language,
+)
+from streaming.protocols.base import CodecSettings, Frame, Handshake
+from streaming.segmenter import SegmenterConfig
+from streaming.session import SessionConfig
+from tests.speech import chunks
+from tests.streaming.fakes import EnergyVadModel, tone_bursts, word_transcript
+from tools.g711 import encode_mulaw
+
+SID = "7f0c5e2a-3b4d-4c6e-8f10-2a3b4c5d6e7f"
+ORG = "d7934305-0972-4844-938e-9060eef73d05"
+CONVERSATION = "090eaa2f-72fa-480a-83e0-8667ff89c0ec"
+PARTICIPANT = {
+    "id": "883efee8-3d6c-4537-b500-6d7ca4b92fa0",
+    "ani": "+1-555-555-1234",
+    "aniName": "John Doe",
+    "dnis": "+1-800-555-6789",
+}
+OPEN: dict[str, Any] = {
+    "organizationId": ORG,
+    "conversationId": CONVERSATION,
+    "participant": PARTICIPANT,
+}
+STEREO = {"type": "audio", "format": "PCMU", "channels": ["external", "internal"], "rate": 8000}
+RATE = 8000
+FRAME = 2 * RATE // 10  # 100 ms of stereo μ-law
+LANGUAGE_TAG = re.compile(r"[a-z]{2,3}-[A-Za-z]{2,3}")
+
+
+def media(*channels: str, fmt: str = "PCMU", rate: int = RATE) -> dict[str, Any]:
+    return {"type": "audio", "format": fmt, "channels": list(channels), "rate": rate}
+
+
+Spans = list[tuple[float, float]]
+
+
+def stereo_call(left: Spans, right: Spans, seconds: float) -> bytes:
+    """Interleaved μ-law at 8 kHz: a tone where each channel 'speaks'."""
+    tracks = [encode_mulaw(tone_bursts(spans, seconds, RATE)) for spans in (left, right)]
+    return np.stack([np.frombuffer(t, np.uint8) for t in tracks], axis=1).tobytes()
+
+
+class Link:
+    """The codec over a real session core, driven as a connection drives them.
+
+    Engine requests are answered at once (the word fake) unless `hold` is set; server
+    messages are parsed in order; the first error's close code is kept.
+    """
+
+    def __init__(self, headers: dict[str, str] | None = None, **limits: Any) -> None:
+        handshake = Handshake(headers=headers if headers is not None else {})
+        settings = CodecSettings(SessionLimits(**limits))
+        self.codec = make_audiohook_codec(handshake, settings)
+        config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0))
+        self.core = SessionCore("core", config, EnergyVadModel())
+        self.messages: list[dict[str, Any]] = []
+        self.commands: list[Command] = []
+        self.events: list[Any] = []
+        self.close_code: int | None = None
+        self.hold = False
+        self.pending: list[InferenceRequest] = []
+        self.now = 0.0
+        self.seq = 0
+        self.position = 0  # the client's, in samples
+
+    # -- the client's side --
+    def send(self, kind: str, seq: int | None = None, **parameters: Any) -> None:
+        self.seq = self.seq + 1 if seq is None else seq
+        self.receive(json.dumps(self.envelope(kind, parameters)))
+
+    def envelope(self, kind: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "version": "2",
+            "id": SID,
+            "type": kind,
+            "seq": self.seq,
+            "serverseq": self.messages[-1]["seq"] if self.messages else 0,
+            "position": format_duration(self.position * 1000 // RATE),
+            "parameters": parameters,
+        }
+
+    def open(self, *offers: dict[str, Any], **extra: Any) -> None:
+        parameters = {
+            "organizationId": ORG,
+            "conversationId": CONVERSATION,
+            "participant": PARTICIPANT,
+            "media": list(offers) or [STEREO, media("external"), media("internal")],
+            "language": "en-US",
+            **extra,
+        }
+        self.send("open", **parameters)
+
+    def audio(self, data: bytes, frame: int = FRAME, channels: int = 2) -> None:
+        for piece in chunks(data, frame):
+            self.now += len(piece) / channels / RATE
+            self.position += len(piece) // channels
+            self.receive(piece)
+
+    # -- the connection's side --
+    def receive(self, message: Frame) -> None:
+        try:
+            commands = self.codec.decode(message)
+            self.commands += commands
+            for command in commands:
+                self.core.handle(command, self.now)
+        except ProtocolError as exc:
+            if self.close_code is None:
+                self.close_code = self.codec.close_code(exc)
+            self.core.abort(exc, self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        self.pending += self.core.requests_to_submit()
+        while self.pending and not self.hold:
+            request = self.pending.pop(0)
+            result = InferenceResult(request, word_transcript(request))
+            self.core.receive_result(result, self.now)
+            self.pending += self.core.requests_to_submit()
+        for event in self.core.events_to_send():
+            self.events.append(event)
+            self.messages += [json.loads(frame) for frame in self.codec.encode(event)]
+
+    def release(self) -> None:
+        self.hold = False
+        self.pump()
+
+    # -- what came back --
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["type"] == kind]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [m["type"] for m in self.messages]
+
+    def transcripts(self) -> list[dict[str, Any]]:
+        return [e["data"] for m in self.of("event") for e in m["parameters"]["entities"]]
+
+    def configures(self) -> list[Configure]:
+        return [c for c in self.commands if isinstance(c, Configure)]
+
+    def audio_sent(self) -> bytes:
+        return b"".join(c.data for c in self.commands if isinstance(c, Audio))
+
+
+def opened_link(*offers: dict[str, Any], **extra: Any) -> Link:
+    link = Link({"audiohook-session-id": SID})
+    link.open(*offers, **extra)
+    return link
+
+
+def disconnected(link: Link, info: str) -> dict[str, Any]:
+    """The link's one disconnect, which must say `info` and come last (nothing follows)."""
+    (message,) = link.of("disconnect")
+    assert message["parameters"]["reason"] == "error"
+    assert info in message["parameters"]["info"], message
+    assert link.kinds[-1] == "disconnect"
+    return message
+
+
+# ---- envelope, seq and clientseq -------------------------------------------------------
+
+
+def test_open_gets_opened_with_the_stereo_media_and_names_the_stream() -> None:
+    link = opened_link()
+    (opened,) = link.messages
+    assert opened == {
+        "version": "2",
+        "type": "opened",
+        "seq": 1,
+        "clientseq": 1,
+        "id": SID,
+        "parameters": {"startPaused": False, "media": [STEREO]},
+    }
+    (configure,) = link.configures()
+    assert configure == Configure(
+        AudioFormat("mulaw", RATE, 2),
+        StreamOptions(language="en"),
+        ("external", "internal"),
+        CONVERSATION,
+    )
+    assert link.close_code is None
+
+
+def test_server_seq_counts_from_one_and_clientseq_echoes_the_last_client_seq() -> None:
+    link = opened_link()
+    link.send("ping")
+    link.send("update", language="en-GB")  # same model language: no reply, no command
+    link.send("ping")
+    link.audio(stereo_call([(0.2, 1.0)], [], 2.0))
+    link.send("close", reason="end")
+    assert link.kinds == ["opened", "pong", "pong", "event", "closed"]
+    assert [m["seq"] for m in link.messages] == [1, 2, 3, 4, 5]
+    # A pong answers its ping's seq; other messages the last seq seen.
+    assert [m["clientseq"] for m in link.messages] == [1, 2, 4, 4, 5]
+    assert {m["id"] for m in link.messages} == {SID}
+    assert all(m["version"] == "2" for m in link.messages)
+
+
+def test_the_session_id_comes_from_the_first_message_without_the_header() -> None:
+    link = Link()
+    link.open()
+    assert link.of("opened")[0]["id"] == SID
+
+
+@pytest.mark.parametrize("seq", [0, 2, 3])
+def test_a_first_message_out_of_sequence_disconnects(seq: int) -> None:
+    link = Link({"audiohook-session-id": SID})
+    link.seq = seq - 1
+    link.open()
+    disconnected(link, f"seq {seq} is out of sequence")
+    assert link.close_code == CLOSE_PROTOCOL_ERROR
+    assert link.messages[0]["id"] == SID and link.messages[0]["seq"] == 1
+
+
+@pytest.mark.parametrize("seq", [1, 2, 4, 9])
+def test_a_repeated_or_skipped_seq_disconnects_after_the_owed_finals(seq: int) -> None:
+    link = opened_link()
+    link.send("ping")  # seq 2
+    link.audio(stereo_call([(0.2, 5.0)], [], 1.0))  # speech still open: a final is owed
+    link.send("ping", seq=seq)
+    assert link.kinds == ["opened", "pong", "disconnect", "event"]
+    assert "out of sequence" in link.of("disconnect")[0]["parameters"]["info"]
+    assert link.close_code == CLOSE_PROTOCOL_ERROR
+    assert isinstance(link.events[-1], Ended)
+
+
+def test_a_serverseq_ahead_of_the_server_disconnects() -> None:
+    link = opened_link()
+    message = link.envelope("ping", {}) | {"seq": 2, "serverseq": 5}
+    link.receive(json.dumps(message))
+    disconnected(link, "serverseq 5 is ahead of the server's last seq 1")
+    assert link.close_code == CLOSE_POLICY_VIOLATION
+
+
+def test_another_session_id_disconnects() -> None:
+    link = opened_link()
+    link.seq += 1
+    message = link.envelope("ping", {}) | {"id": "11111111-2222-4333-8444-555555555555"}
+    link.receive(json.dumps(message))
+    disconnected(link, "is not this session's")
+
+
+@pytest.mark.parametrize(
+    ("text", "info", "code"),
+    [
+        ("{not json", "not valid JSON", CLOSE_INVALID_PAYLOAD),
+        ("[1, 2]", "must be a JSON object", CLOSE_INVALID_PAYLOAD),
+        (json.dumps({"type": "open"}), "version None is not supported", CLOSE_POLICY_VIOLATION),
+    ],
+)
+def test_bad_json_disconnects(text: str, info: str, code: int) -> None:
+    link = Link({"audiohook-session-id": SID})
+    link.receive(text)
+    message = disconnected(link, info)
+    assert message["id"] == SID and message["clientseq"] == 0
+    assert link.close_code == code
+
+
+@pytest.mark.parametrize("version", ["1", 2, "3", None])
+def test_a_wrong_version_disconnects(version: Any) -> None:
+    link = Link()
+    link.seq = 1
+    message = link.envelope("open", {}) | {"version": version}
+    link.receive(json.dumps(message))
+    disconnected(link, "this server speaks AudioHook version 2")
+    assert link.messages[0]["id"] == NULL_UUID  # no id was taken from a bad message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "info"),
+    [
+        ("id", "not-a-uuid", "id must be a UUID"),
+        ("seq", "1", "seq must be a non-negative integer"),
+        ("seq", True, "seq must be a non-negative integer"),
+        ("serverseq", -1, "serverseq must be a non-negative integer"),
+        ("position", "1.5", "position must be a duration"),
+        ("position", "PT-1S", "position must be a duration"),
+        ("parameters", [], "parameters must be a JSON object"),
+        ("type", 7, "type must be a string"),
+    ],
+)
+def test_a_malformed_envelope_disconnects(field: str, value: Any, info: str) -> None:
+    link = Link()
+    link.seq = 1
+    link.receive(json.dumps(link.envelope("open", {}) | {field: value}))
+    disconnected(link, info)
+
+
+@pytest.mark.parametrize("kind", ["opened", "pong", "start", "playback_started", ""])
+def test_an_unknown_message_type_disconnects(kind: str) -> None:
+    link = opened_link()
+    link.send(kind)
+    disconnected(link, f"{kind!r} is not an AudioHook client message")
+    assert link.close_code == CLOSE_PROTOCOL_ERROR
+
+
+def test_a_text_message_over_64_kib_disconnects() -> None:
+    link = opened_link()
+    link.send("error", code=500, message="x" * MAX_TEXT_BYTES)
+    disconnected(link, "over AudioHook's 65535 byte limit")
+    assert link.close_code == CLOSE_MESSAGE_TOO_BIG
+
+
+# ---- open and media ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offers", "chosen"),
+    [
+        ([STEREO, media("external"), media("internal")], STEREO),
+        ([media("internal", "external"), media("internal")], media("internal", "external")),
+        ([media("external"), STEREO], STEREO),  # two channels beat the client's order
+        ([media("internal")], media("internal")),
+        ([media("external", "internal", fmt="L16"), media("external")], media("external")),
+        ([media("external", "internal", rate=16000), media("internal")], media("internal")),
+    ],
+)
+def test_opened_takes_stereo_pcmu_at_8_khz_else_mono(
+    offers: list[dict[str, Any]], chosen: dict[str, Any]
+) -> None:
+    link = opened_link(*offers)
+    assert link.of("opened")[0]["parameters"]["media"] == [chosen]
+    (configure,) = link.configures()
+    channels = tuple(chosen["channels"])
+    assert configure.audio == AudioFormat("mulaw", RATE, len(channels))
+    # Labels name each channel in the offer's order; a mono stream needs none.
+    assert configure.channel_labels == (channels if len(channels) == 2 else ())
+
+
+@pytest.mark.parametrize(
+    "offers",
+    [
+        [],
+        [media("external", "internal", fmt="L16")],
+        [media("external", "internal", rate=16000), media("external", fmt="opus")],
+    ],
+)
+def test_unsupported_media_disconnects(offers: list[dict[str, Any]]) -> None:
+    link = Link()
+    link.send("open", **OPEN, media=offers)
+    disconnected(link, "none of the offered media is supported")
+    assert link.close_code == CLOSE_POLICY_VIOLATION
+    assert not link.configures()
+
+
+@pytest.mark.parametrize(
+    ("change", "info"),
+    [
+        ({"media": {"type": "audio"}}, "media must be a list"),
+        ({"media": [media("external", "external")]}, "once each"),
+        ({"media": [media("caller")]}, 'list "external" and/or "internal"'),
+        ({"media": [media()]}, 'list "external" and/or "internal"'),
+        ({"media": [{"type": "video"}]}, 'type "audio"'),
+        ({"media": [media("external") | {"rate": "8000"}]}, "integer rate"),
+        ({"conversationId": "call-1"}, "conversationId must be a UUID"),
+        ({"organizationId": None}, "organizationId must be a UUID"),
+        ({"participant": "x"}, "participant must be a JSON object"),
+        ({"language": 7}, "language must be a string"),
+        ({"supportedLanguages": "yes"}, "supportedLanguages must be true or false"),
+    ],
+)
+def test_a_malformed_open_disconnects(change: dict[str, Any], info: str) -> None:
+    link = Link()
+    link.send("open", **(OPEN | {"media": [STEREO]} | change))
+    disconnected(link, info)
+
+
+def test_opened_lists_the_supported_languages_when_asked() -> None:
+    link = opened_link(supportedLanguages=True)
+    languages = link.of("opened")[0]["parameters"]["supportedLanguages"]
+    assert languages == list(SUPPORTED_LANGUAGES)
+    assert all(LANGUAGE_TAG.fullmatch(tag) for tag in languages)
+    assert "supportedLanguages" not in opened_link().of("opened")[0]["parameters"]
+
+
+def test_a_connection_probe_names_no_stream() -> None:
+    link = opened_link(conversationId=NULL_UUID)
+    assert link.configures()[0].stream_id is None
+    assert link.of("opened")
+
+
+def test_a_second_open_disconnects() -> None:
+    link = opened_link()
+    link.open()
+    disconnected(link, "open after open")
+
+
+@pytest.mark.parametrize(
+    ("tag", "language"),
+    [
+        ("en-US", "en"),
+        ("en-GB", "en"),
+        ("zh-CN", "zh"),
+        ("cmn-CN", "zh"),
+        ("yue-HK", "yue"),
+        ("ja-JP", "ja"),
+        ("ko-KR", "ko"),
+        ("zh-HK", "auto"),
+        ("fr-FR", "auto"),
+        ("", "auto"),
+        (None, "auto"),
+    ],
+)
+def test_the_open_language_sets_the_model_language(tag: str | None, language: str) -> None:
+    assert stream_language(tag) == language
+    link = Link()
+    link.send("open", **OPEN, media=[STEREO], **({} if tag is None else {"language": tag}))
+    assert link.configures()[0].options.language == language
+
+
+def test_transcripts_name_the_clients_tag_when_the_model_heard_its_language() -> None:
+    assert language_tag("en", "en-GB") == "en-GB"
+    assert language_tag("en", "fr-FR") == "en-US"
+    assert language_tag("zh", "cmn-CN") == "cmn-CN"
+    assert language_tag("yue", None) == "yue-HK"
+    assert language_tag("nospeech", "en-US") is None
+    assert language_tag("unknown", None) is None
+
+
+# ---- audio -----------------------------------------------------------------------------
+
+
+def test_audio_before_open_disconnects() -> None:
+    link = Link({"audiohook-session-id": SID})
+    link.receive(b"\xff" * FRAME)
+    message = disconnected(link, "audio before open")
+    assert message["id"] == SID
+    assert link.close_code == CLOSE_PROTOCOL_ERROR
+
+
+def test_stereo_audio_is_taken_as_interleaved_frames() -> None:
+    link = opened_link()
+    call = stereo_call([(0.2, 1.0)], [(1.5, 2.5)], 3.5)
+    link.audio(call, frame=2 * RATE // 50)  # 20 ms frames
+    assert link.audio_sent() == call
+    link.send("close", reason="end")
+    channels = sorted((t["channelId"], t["offset"], t["duration"]) for t in link.transcripts())
+    assert channels == [(0, "PT0.2S", "PT0.8S"), (1, "PT1.5S", "PT1S")]
+
+
+def test_mono_audio_is_one_channel_and_channel_id_0() -> None:
+    link = opened_link(media("internal"))
+    call = np.frombuffer(stereo_call([(0.3, 1.2)], [], 2.0), np.uint8)[0::2].tobytes()
+    link.audio(call, frame=RATE // 10, channels=1)
+    link.send("close", reason="end")
+    (transcript,) = link.transcripts()
+    assert transcript["channelId"] == 0 and transcript["offset"] == "PT0.3S"
+
+
+def test_a_frame_of_part_samples_disconnects() -> None:
+    link = opened_link()
+    link.receive(b"\xff" * 3)
+    disconnected(link, "an audio frame of 3 bytes is not whole 2-channel samples")
+    assert link.close_code == CLOSE_INVALID_PAYLOAD
+
+
+def test_a_frame_over_the_limit_disconnects() -> None:
+    link = Link({"audiohook-session-id": SID}, max_frame_bytes=4096)
+    link.open()
+    link.receive(b"\xff" * 4098)
+    disconnected(link, "audio frame of 4098 bytes is over the 4096 byte limit")
+    assert link.close_code == CLOSE_MESSAGE_TOO_BIG
+
+
+def test_an_empty_frame_is_nothing() -> None:
+    link = opened_link()
+    link.receive(b"")
+    assert link.close_code is None and not link.audio_sent()
+
+
+# ---- transcripts -----------------------------------------------------------------------
+
+
+def test_a_final_is_a_transcript_event_of_the_connector_form() -> None:
+    link = opened_link()
+    link.audio(stereo_call([], [(0.5, 1.7)], 2.5))
+    link.send("close", reason="end")
+    (event,) = link.of("event")
+    (entity,) = event["parameters"]["entities"]
+    assert entity["type"] == "transcript"
+    data = entity["data"]
+    uuid_pattern = r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+    assert re.fullmatch(uuid_pattern, data["id"])
+    assert {k: v for k, v in data.items() if k not in ("id", "alternatives")} == {
+        "channelId": 1,
+        "isFinal": True,
+        "offset": "PT0.5S",
+        "duration": "PT1.2S",
+    }
+    (alternative,) = data["alternatives"]
+    assert alternative["confidence"] == 1.0 and alternative["languages"] == ["en-US"]
+    (display,) = alternative["interpretations"]
+    assert display["type"] == "display" and display["transcript"] == "w2 w3 w4"
+    # Words at the word fake's stream times (word k: [300k + 50, 300k + 250) ms).
+    assert display["tokens"] == [
+        {
+            "type": "word",
+            "value": f"w{k}",
+            "confidence": 1.0,
+            "offset": format_duration(300 * k + 50),
+            "duration": "PT0.2S",
+            "language": "en-US",
+        }
+        for k in (2, 3, 4)
+    ]
+
+
+def test_transcript_ids_are_distinct_and_stable() -> None:
+    runs = []
+    for _ in range(2):
+        link = opened_link()
+        link.audio(stereo_call([(0.2, 0.8), (1.6, 2.2)], [(0.2, 0.8)], 3.0))
+        link.send("close", reason="end")
+        runs.append([t["id"] for t in link.transcripts()])
+    assert runs[0] == runs[1] and len(set(runs[0])) == 3
+
+
+def test_partials_and_empty_finals_are_not_sent() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    assert codec.encode(Partial(1, 0, 500, "w1", 2)) == ()
+    empty = Transcript("", "nospeech", "unknown", "unknown", True, "")
+    assert codec.encode(Final(1, 0, 500, empty)) == ()
+
+
+def test_a_transcript_too_long_for_the_client_goes_without_its_words() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    tokens = tuple(Token(k, f" w{k}", 10 * k, 10 * k + 8) for k in range(1500))
+    text = "".join(t.text for t in tokens).strip()
+    final = Final(1, 0, 15_000, Transcript(text, "en", "neutral", "speech", True, text, tokens))
+    (frame,) = codec.encode(final)
+    assert isinstance(frame, str) and len(frame.encode()) <= MAX_TEXT_BYTES
+    message = json.loads(frame)
+    display = message["parameters"]["entities"][0]["data"]["alternatives"][0]["interpretations"][0]
+    assert display["transcript"] == text and "tokens" not in display
+    assert message["seq"] == 1  # the longer try was never sent
+
+
+# ---- ping, update, error, dtmf -------------------------------------------------------
+
+
+def test_ping_before_open_disconnects() -> None:
+    link = Link()
+    link.send("ping")
+    disconnected(link, "'ping' before open")
+
+
+def test_update_changes_the_language_without_a_reply() -> None:
+    link = opened_link()
+    link.send("update", language="ja-JP")
+    assert link.kinds == ["opened"]
+    assert [c.options.language for c in link.configures()] == ["en", "ja"]
+    link.send("ping")
+    assert link.configures()[-1].options.language == "ja"  # a pong keeps the new settings
+    link.send("update", language="ja-JP")
+    assert len(link.configures()) == 3  # nothing changed: no Configure
+    link.send("update", language=None)
+    disconnected(link, "update: language must be a string")
+
+
+def test_client_errors_and_dtmf_are_taken_and_change_nothing() -> None:
+    link = opened_link()
+    link.send("error", code=429, message="Too many requests", retryAfter="PT2S")
+    link.send("dtmf", digit="5")
+    assert link.kinds == ["opened"] and len(link.commands) == 1
+    link.send("error", code="429", message="x")
+    disconnected(link, "code must be a non-negative integer")
+
+
+# ---- pause, resume, discarded ----------------------------------------------------------
+
+
+def test_paused_audio_is_an_error() -> None:
+    link = opened_link()
+    link.send("paused")
+    link.receive(b"\xff" * FRAME)
+    disconnected(link, "audio while paused")
+
+
+def test_resumed_fills_the_discarded_audio_with_silence_so_positions_agree() -> None:
+    link = opened_link()
+    link.audio(stereo_call([(0.2, 1.4)], [], 1.5))  # speech runs up to the pause
+    before = len(link.audio_sent())
+    link.send("paused")
+    link.now += 4.0
+    link.send("resumed", start="PT1.5S", discarded="PT4S")
+    fill = link.audio_sent()[before:]
+    assert fill == b"\xff" * (2 * 4 * RATE)
+    fills = [c for c in link.commands if isinstance(c, Audio)][-4:]
+    assert [len(c.data) for c in fills] == [2 * RATE] * 4  # a second at a time
+    link.position += 4 * RATE
+    # The call goes on at 5.5 s: the customer speaks from 6.0 s.
+    link.audio(stereo_call([], [(0.5, 1.3)], 2.0))
+    link.send("close", reason="end")
+    spans = [(t["channelId"], t["offset"], t["duration"]) for t in link.transcripts()]
+    assert spans == [(0, "PT0.2S", "PT1.2S"), (1, "PT6S", "PT0.8S")]
+    # The stream's own times are AudioHook's.
+    finals = [e for e in link.events if isinstance(e, Final)]
+    assert [(f.start_ms, f.end_ms) for f in finals] == [(200, 1400), (6000, 6800)]
+
+
+def test_a_pause_beyond_the_fill_is_skipped_and_offsets_still_count_it() -> None:
+    link = opened_link()
+    link.audio(stereo_call([(0.2, 0.6)], [], 1.0))
+    link.send("paused")
+    link.now += 100.0
+    link.send("resumed", start="PT1S", discarded="PT100S")
+    assert len(link.audio_sent()) == 2 * RATE * (1 + MAX_FILL_S)
+    link.audio(stereo_call([(0.5, 1.0)], [], 1.5))
+    link.send("close", reason="end")
+    offsets = [t["offset"] for t in link.transcripts()]
+    assert offsets == ["PT0.2S", "PT101.5S"]
+    finals = [e for e in link.events if isinstance(e, Final)]
+    assert finals[1].start_ms == (1 + MAX_FILL_S) * 1000 + 500  # the rest was skipped
+
+
+def test_a_pause_before_any_audio_is_skipped() -> None:
+    link = opened_link()
+    link.send("paused")
+    link.send("resumed", start="PT0S", discarded="PT3S")
+    assert link.audio_sent() == b""
+    link.audio(stereo_call([(0.4, 1.0)], [], 1.5))
+    link.send("close", reason="end")
+    assert [t["offset"] for t in link.transcripts()] == ["PT3.4S"]
+
+
+def test_a_resume_that_dropped_nothing_fills_nothing() -> None:
+    link = opened_link()
+    link.audio(stereo_call([], [], 1.0))
+    before = len(link.audio_sent())
+    link.send("paused")
+    link.send("resumed", start="PT1S", discarded="PT0S")
+    link.send("resumed", start="PT1S", discarded="PT9S")  # not paused: ignored
+    assert len(link.audio_sent()) == before
+    assert link.close_code is None
+
+
+def test_discarded_audio_is_filled_too() -> None:
+    link = opened_link()
+    link.audio(stereo_call([], [], 2.0))
+    link.now += 0.5
+    link.send("discarded", start="PT2S", discarded="PT0.5S")
+    assert link.audio_sent()[2 * 2 * RATE :] == b"\xff" * (2 * RATE // 2)
+    link.send("discarded", start="PT2S", discarded="0.5")
+    disconnected(link, "discarded: discarded must be a duration")
+
+
+def test_resumed_needs_its_durations() -> None:
+    link = opened_link()
+    link.send("paused")
+    link.send("resumed", start="PT0S")
+    disconnected(link, "resumed: discarded must be a duration")
+
+
+# ---- close, closed, disconnect ---------------------------------------------------------
+
+
+def test_closed_goes_out_only_after_every_owed_final() -> None:
+    link = opened_link()
+    link.hold = True  # the engine has not answered yet
+    link.audio(stereo_call([(0.2, 1.0)], [(0.5, 2.0)], 2.0))  # the customer still talks
+    link.send("close", reason="end")
+    assert Stop() in link.commands and "closed" not in link.kinds
+    link.release()
+    assert link.kinds[-1] == "closed" and link.kinds.count("event") == 2
+    assert isinstance(link.events[-1], Ended)
+    assert link.of("closed")[0]["parameters"] == {}
+
+
+def test_close_before_open_is_closed() -> None:
+    link = Link({"audiohook-session-id": SID})
+    link.send("close", reason="error")
+    assert link.kinds == ["closed"] and link.close_code is None
+
+
+def test_after_close_messages_change_nothing_and_audio_disconnects() -> None:
+    link = opened_link()
+    link.hold = True
+    link.audio(stereo_call([(0.2, 2.0)], [], 1.0))
+    link.send("close", reason="end")
+    link.send("ping")
+    link.send("update", language="ko-KR")
+    link.send("close", reason="end")
+    assert len(link.configures()) == 1 and link.commands.count(Stop()) == 1
+    link.receive(b"\xff" * FRAME)
+    assert link.kinds == ["opened", "disconnect"]
+    link.release()  # the close transaction still ends with `closed`, after the final
+    assert link.kinds == ["opened", "disconnect", "event", "closed"]
+
+
+def test_a_close_with_an_unknown_reason_disconnects() -> None:
+    link = opened_link()
+    link.send("close", reason="bored")
+    disconnected(link, "close: reason must be one of end, error, disconnect, reconnect")
+
+
+def test_an_end_the_client_did_not_ask_for_is_a_disconnect() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    (frame,) = codec.encode(Ended())  # a server shutdown drains the session
+    assert json.loads(frame)["parameters"] == {
+        "reason": "error",
+        "info": "the server ended the session",
+    }
+
+
+def test_one_disconnect_per_session() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    first = codec.encode(ErrorEvent("server_full", "too many sessions"))
+    assert json.loads(first[0])["parameters"]["info"] == "too many sessions"
+    assert codec.encode(ErrorEvent("internal_error", "again")) == ()
+    assert codec.encode(Ended()) == ()
+
+
+def test_an_unauthorized_error_is_a_disconnect_for_that_reason() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    (frame,) = codec.encode(ErrorEvent("unauthorized", "wrong key"))
+    assert json.loads(frame)["parameters"]["reason"] == "unauthorized"
+
+
+def test_the_codec_is_fatal_on_every_error_and_waits_for_the_client_to_close() -> None:
+    codec = AudioHookCodec(SessionLimits(), SID)
+    assert codec.is_fatal(InvalidFieldError("x"))
+    assert codec.close_code(InvalidFieldError("x")) == CLOSE_POLICY_VIOLATION
+    assert codec.end_grace_s > 0 and codec.opening() == ()
+    assert codec.max_message_bytes >= MAX_TEXT_BYTES
+
+
+def test_a_bad_session_id_header_refuses_the_handshake() -> None:
+    handshake = Handshake(headers={"audiohook-session-id": "session-1"})
+    with pytest.raises(InvalidFieldError, match="Audiohook-Session-Id must be a UUID"):
+        make_audiohook_codec(handshake, CodecSettings())
+    assert make_audiohook_codec(Handshake(), CodecSettings()).max_message_bytes > 0
+
+
+# ---- durations and the timeline --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"), [(0, "PT0S"), (20, "PT0.02S"), (1500, "PT1.5S"), (3000, "PT3S"), (-5, "PT0S")]
+)
+def test_durations_are_written_in_seconds(ms: int, text: str) -> None:
+    assert format_duration(ms) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "samples"),
+    [("PT0S", 0), ("PT1.5S", 12000), ("PT.5S", 4000), ("PT6.3S", 50400), ("PT0.0001S", 1)],
+)
+def test_durations_are_read_as_samples(text: str, samples: int) -> None:
+    assert duration_field({"d": text}, "d") == samples
+
+
+@pytest.mark.parametrize("text", ["P1D", "PT1M", "PT1.S", "pt1s", "PT1e3S", "PT9999999S", 5])
+def test_other_durations_are_refused(text: Any) -> None:
+    with pytest.raises(InvalidFieldError):
+        duration_field({"d": text}, "d")
+
+
+def test_the_timeline_maps_stream_times_past_skipped_gaps() -> None:
+    timeline = Timeline(max_fill=2 * RATE)
+    assert timeline.close_gap(5 * RATE) == 0  # nothing on the stream yet: all skipped
+    timeline.advance(RATE)
+    assert timeline.position == 6 * RATE
+    assert timeline.close_gap(6 * RATE - 100) == 0  # behind: nothing
+    assert timeline.close_gap(7 * RATE) == RATE  # within the fill
+    assert timeline.close_gap(12 * RATE) == 2 * RATE  # 5 s gap: 2 filled, 3 skipped
+    assert (timeline.samples, timeline.skipped) == (4 * RATE, 8 * RATE)
+    assert [timeline.position_ms(ms) for ms in (0, 999, 3999, 4000, 5000)] == [
+        5000,
+        5999,
+        8999,
+        12000,
+        13000,
+    ]
+
+
+def test_media_choice_prefers_stereo_whatever_the_order() -> None:
+    mono, stereo = Media(("internal",)), Media(("internal", "external"))
+    assert choose_media([mono, stereo]) == stereo
+    assert choose_media([Media(("external",), "L16"), mono]) == mono
+    assert choose_media([Media(("external",), rate=16000)]) is None
