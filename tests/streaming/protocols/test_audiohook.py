@@ -587,10 +587,11 @@ def test_update_changes_the_language_without_a_reply() -> None:
     link.send("update", language="ja-JP")
     assert link.kinds == ["opened"]
     assert [c.options.language for c in link.configures()] == ["en", "ja"]
-    link.send("ping")
-    assert link.configures()[-1].options.language == "ja"  # a pong keeps the new settings
     link.send("update", language="ja-JP")
-    assert len(link.configures()) == 3  # nothing changed: no Configure
+    assert len(link.configures()) == 2  # nothing changed: no Configure
+    link.send("ping")  # the pong changes nothing either
+    assert all(c.options.language == "ja" for c in link.configures()[1:])
+    assert link.kinds == ["opened", "pong"]
     link.send("update", language=None)
     disconnected(link, "update: language must be a string")
 
