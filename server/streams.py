@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from server.outbox import Outbox, OutboxOverflowError
 from server.webhooks import WebhookDelivery, Webhooks
 from streaming.errors import ProtocolError, StreamIdTakenError, WebhookRefusedError
-from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, SessionEvent
+from streaming.events import (
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Marked,
+    SessionEvent,
+)
 from streaming.protocols.v1 import event_to_dict
 
 #: The finals a late subscriber can still catch up on, per stream.
@@ -211,6 +219,8 @@ class Publisher:
                 self._refused = refused is not None
                 return refused
             return None
+        if isinstance(event, Marked):
+            return None  # a protocol's own in-order reply (AudioHook's pong): not the stream's
         self._hub.publish(self._stream, event)
         if self._webhook is not None and isinstance(event, Final | Failed | Ended):
             self._webhook.send(self._webhook_body(self._stream, event))

@@ -16,15 +16,15 @@ import numpy as np
 
 from engine.types import InferenceRequest, InferenceResult
 from streaming.audio import AudioFormat
-from streaming.commands import Audio, Command, Configure
+from streaming.commands import Audio, Command, Configure, Mark
 from streaming.errors import InvalidFieldError, ProtocolError, StateError
-from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, Marked, SessionEvent
 from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadModel
 
 #: Events that belong to the stream as a whole, not to one channel (the group makes its
 #: own errors and end; channels are never aborted one by one).
-_GROUP_EVENTS = (Configured, Ended, ErrorEvent)
+_GROUP_EVENTS = (Configured, Ended, ErrorEvent, Marked)
 
 
 def channel_session_id(session_id: str, channel: int) -> str:
@@ -77,6 +77,10 @@ class ChannelGroup:
 
     def handle(self, command: Command, now: float) -> None:
         """Apply one command to every channel (audio split by channel)."""
+        if isinstance(command, Mark):
+            if not self._ended:  # one answer for the stream, not one per channel
+                self._events.append(Marked(command.token))
+            return
         if isinstance(command, Configure):
             self._configure(command, now)
         elif isinstance(command, Audio):

@@ -124,4 +124,12 @@ class Stop:
     """No more audio: owed finals, then `Ended`."""
 
 
-Command = Configure | Audio | Commit | Clear | Stop
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Ask for `Marked(token)` after every event before it: a protocol's in-order reply
+    to a message that changes nothing (AudioHook's `ping`)."""
+
+    token: str
+
+
+Command = Configure | Audio | Commit | Clear | Stop | Mark

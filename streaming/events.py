@@ -107,6 +107,13 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Marked:
+    """The answer to a `Mark`, in order with the stream's other events."""
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ended:
     """Every owed final has been sent; the server closes next."""
 
@@ -120,5 +127,6 @@ SessionEvent = (
     | Failed
     | Cleared
     | ErrorEvent
+    | Marked
     | Ended
 )

@@ -22,7 +22,16 @@ from engine.types import (
     Transcript,
 )
 from streaming.audio import AudioDecoder, AudioFormat
-from streaming.commands import Audio, Clear, Command, Commit, Configure, Stop, StreamOptions
+from streaming.commands import (
+    Audio,
+    Clear,
+    Command,
+    Commit,
+    Configure,
+    Mark,
+    Stop,
+    StreamOptions,
+)
 from streaming.errors import EmptyCommitError, ProtocolError, StateError
 from streaming.events import (
     Cleared,
@@ -31,6 +40,7 @@ from streaming.events import (
     ErrorEvent,
     Failed,
     Final,
+    Marked,
     Partial,
     SessionEvent,
     SpeechStarted,
@@ -146,6 +156,10 @@ class Session:
 
     def handle(self, command: Command, now: float) -> None:
         """Apply one client command; raises ProtocolError for one the stream cannot take."""
+        if isinstance(command, Mark):
+            if not self._end_sent:  # answered even once stopped, until `Ended`
+                self._events.append(Marked(command.token))
+            return
         if self._stopped:
             raise StateError(f"{_name(command)} after stop")
         match command:

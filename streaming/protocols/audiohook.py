@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from streaming.audio import AudioFormat
-from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
+from streaming.commands import Audio, Command, Configure, Mark, Stop, StreamOptions
 from streaming.errors import (
     InvalidAudioError,
     InvalidFieldError,
@@ -38,7 +38,7 @@ from streaming.errors import (
     StateError,
     UnknownMessageTypeError,
 )
-from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, Marked, SessionEvent
 from streaming.events import Final as FinalEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.audiohook_messages import (
@@ -82,7 +82,7 @@ SILENCE: Final = b"\xff"
 class _Reply:
     """What the `Configured` answering one of the codec's Configures is sent as."""
 
-    kind: str | None  # "opened", "pong", or None (an update: no reply)
+    kind: str | None  # "opened", or None (an update: no reply)
     clientseq: int  # the seq of the message it answers
     parameters: Mapping[str, Any]
 
@@ -90,9 +90,9 @@ class _Reply:
 class AudioHookCodec:
     """One AudioHook session: client messages to commands, events to server messages.
 
-    The core answers every Configure with one Configured, in order, so replies that
-    must follow a message at once (`opened`, `pong`) ride on a Configure of the stream's
-    unchanged settings; `_replies` pairs each Configured with what it answers.
+    The core answers every Configure with one Configured, in order: `_replies` pairs
+    each with what it answers (`opened`, or nothing for an update). A `ping` is a `Mark`
+    whose `Marked`, in order with the stream's events, is sent as its `pong`.
     """
 
     def __init__(self, limits: SessionLimits, session_id: str | None = None) -> None:
@@ -170,7 +170,7 @@ class AudioHookCodec:
         """A message of an open session (not `open`, `close`, `error`, `dtmf`)."""
         match msg.type:
             case "ping":
-                return self._reply("pong", msg, {})
+                return (Mark(str(msg.seq)),)  # its Marked is the pong
             case "paused":
                 self._paused = True
                 return ()
@@ -295,6 +295,8 @@ class AudioHookCodec:
                 if reply is None or reply.kind is None:
                     return ()
                 return (self._message(reply.kind, reply.parameters, reply.clientseq),)
+            case Marked():
+                return (self._message("pong", {}, int(event.token)),)
             case FinalEvent():
                 return self._transcript(event)
             case ErrorEvent():

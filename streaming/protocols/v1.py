@@ -26,6 +26,7 @@ from streaming.events import (
     ErrorEvent,
     Failed,
     Final,
+    Marked,
     Partial,
     SessionEvent,
     SpeechStarted,
@@ -200,7 +201,7 @@ def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, 
             head.update(type="error", code=event.code, message=event.message)
         case Ended():
             head.update(type="end")
-        case SpeechStopped() | Cleared():
+        case SpeechStopped() | Cleared() | Marked():
             return None
     channel = getattr(event, "channel", None)
     if channel is not None:

@@ -20,13 +20,16 @@ RATE = 8000
 LABELS = ("agent", "customer")
 AGENT, CUSTOMER = "en-us", "en-gb+f3"
 
-#: (channel, voice, start second, text): the customer barges in on both agent turns.
+#: (channel, voice, start second, text): the customer barges in on both agent turns;
+#: both parties are silent from about 6.3 s to 7.5 s (where a test may pause the call).
 TURNS: tuple[tuple[int, str, float, str], ...] = (
     (0, AGENT, 0.4, "Thank you for calling, how can I help you today?"),
     (1, CUSTOMER, 2.6, "Hello, my internet has been down since this morning."),
-    (0, AGENT, 5.6, "I am sorry to hear that, let me look at your line."),
-    (1, CUSTOMER, 7.8, "Thank you, it is the router."),
+    (0, AGENT, 7.5, "I am sorry to hear that, let me look at your line."),
+    (1, CUSTOMER, 9.7, "Thank you, it is the router."),
 )
+#: A span of the call where neither party speaks.
+QUIET = (6.5, 7.2)
 TAIL_S = 1.5
 
 

@@ -23,7 +23,8 @@ from engine.loader import BackendOptions, create_backend
 from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
-from tests.callcentre.call import LABELS, RATE, Call, make_call
+from tests.callcentre.audiohook_emulator import AudioHookCall, AudioHookRun, Pause, play
+from tests.callcentre.call import LABELS, QUIET, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow
 from tests.callcentre.twilio_emulator import TwilioCall, play_call
 from tests.server.conftest import ServerProcess
@@ -93,9 +94,11 @@ def v1_run(server: ServerProcess, call: Call) -> Followed:
     return run(followed_while(server.url, "v1-call", v1_call(server.url, call, "v1-call")))
 
 
-def offline(recognizer: Recognizer, audio: np.ndarray, final: dict[str, Any]) -> str:
+def offline(
+    recognizer: Recognizer, audio: np.ndarray, final: dict[str, Any], options: DecodeOptions
+) -> str:
     segment = audio[final["start_ms"] * 16 : final["end_ms"] * 16]
-    return recognizer.decode([recognizer.prepare(segment, DecodeOptions())])[0].text
+    return recognizer.decode([recognizer.prepare(segment, options)])[0].text
 
 
 def check_call(
@@ -119,10 +122,13 @@ def check_call(
         (f["channel"], f["utt_id"]) for f in finals
     )
     heard = [call.heard(c) for c in range(2)]
+    # Decoded with the stream's own prompts (AudioHook's `open` names a language).
+    config = followed.events[0]["config"]
+    options = DecodeOptions(config["language"], config["itn"])
     for final in finals:
         assert final["label"] == labels[final["channel"]]
         channel = parties[final["channel"]]
-        assert final["text"] == offline(recognizer, heard[channel], final)
+        assert final["text"] == offline(recognizer, heard[channel], final, options)
         # Its span is speech of its own channel, never only the other party's.
         mid = (final["start_ms"] + final["end_ms"]) / 2000
         own = [(s, e) for c, s, e in call.spans if c == channel]
@@ -159,3 +165,33 @@ def test_twilio_call(
     followed = run(followed_while(server.url, twilio.call_sid, played))
     finals = check_call(followed, call, recognizer, (1, 0), ("inbound", "outbound"))
     assert_same_times(finals, check_call(v1_run, call, recognizer))
+
+
+def test_audiohook_call(
+    server: ServerProcess, call: Call, recognizer: Recognizer, v1_run: Followed
+) -> None:
+    quiet_from, quiet_to = QUIET
+    hook = AudioHookCall(
+        call.stereo(),
+        "4b1a2b7e-5c1d-4f7a-9e0b-1c2d3e4f5a6b",
+        channels=("internal", "external"),  # Genesys' agent and customer
+        frame_ms=20,
+        ping_at_s=3.0,
+        # Paused where neither party speaks: every utterance after it must keep its time.
+        pause=Pause(at_s=quiet_from, seconds=quiet_to - quiet_from),
+        api_key=KEY,
+    )
+    url = server.url.replace("/ws", "/audiohook")
+    played: AudioHookRun
+    followed: Followed
+
+    async def scenario() -> tuple[AudioHookRun, Followed]:
+        follower = asyncio.create_task(follow(server.url, hook.conversation_id, AUTH))
+        return await play(url, hook), await follower
+
+    played, followed = run(scenario())
+    finals = check_call(followed, call, recognizer, (0, 1), ("internal", "external"))
+    assert_same_times(finals, check_call(v1_run, call, recognizer))
+    # Genesys got every non-empty final as a transcript, and `closed` after the last.
+    assert played.messages[-1]["type"] == "closed"
+    assert len(played.transcripts()) == len([f for f in finals if f["text"]])
