@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from streaming.protocols.audiohook import make_audiohook_codec
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.funasr import FunasrCodec
-from streaming.protocols.audiohook import make_audiohook_codec
 from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
 from streaming.protocols.twilio import make_twilio_codec
 from streaming.protocols.v1 import V1Codec
