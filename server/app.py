@@ -42,6 +42,8 @@ from streaming.core import SessionCore
 from streaming.errors import ProtocolError, ServerFullError
 from streaming.events import ErrorEvent
 from streaming.protocols.base import Codec, CodecSettings, Handshake
+from streaming.protocols.twilio import TwilioCodec
+from streaming.protocols.twilio_jitter import JitterStats
 from streaming.session import SessionConfig
 from streaming.vad_types import VadModel
 
@@ -57,6 +59,7 @@ class ServerMetrics:
     connections: Counter = field(init=False)
     errors: Counter = field(init=False)
     webhooks: Counter = field(init=False)
+    media_dropped: Counter = field(init=False)
     cold_start: Gauge = field(init=False)
     loop_lag: Histogram = field(init=False)
 
@@ -68,6 +71,12 @@ class ServerMetrics:
         self.webhooks = Counter(
             "server_webhook_events", "Webhook events by outcome", ["outcome"], registry=r
         )
+        self.media_dropped = Counter(
+            "server_media_chunks_dropped",
+            "Telephony media chunks dropped by placement (duplicate or late)",
+            ["reason"],
+            registry=r,
+        )
         self.cold_start = Gauge("server_cold_start_seconds", "Load plus warm-up time", registry=r)
         self.loop_lag = Histogram(
             "server_event_loop_lag_seconds",
@@ -78,6 +87,13 @@ class ServerMetrics:
 
     def protocol_error(self, code: str) -> None:
         self.errors.labels(code).inc()
+
+    def twilio_placement(self, session_id: str, stats: JitterStats) -> None:
+        """What placing a Twilio stream's chunks by timestamp dropped and filled."""
+        self.media_dropped.labels("duplicate").inc(stats.duplicates)
+        self.media_dropped.labels("late").inc(stats.late)
+        if stats.duplicates or stats.late or stats.clock_jumps:
+            log.info("session %s: twilio placement: %s", session_id, stats)
 
     def webhook_event(self, outcome: str) -> None:
         """One webhook event delivered, failed (after its retries) or dropped (queue full)."""
@@ -486,6 +502,8 @@ class App:
             if left:
                 self._per_ip[peer] = left
             self.metrics.sessions.set(len(self.sessions))
+            if isinstance(codec, TwilioCodec):
+                self.metrics.twilio_placement(session_id, codec.stats)
 
     # ---- subscribers ----------------------------------------------------------------
 

@@ -68,6 +68,10 @@ def signed_headers(url: str, auth_token: str) -> dict[str, str]:
     return {"X-Twilio-Signature": twilio_signature(auth_token, url)}
 
 
+def connected_message() -> dict[str, Any]:
+    return {"event": "connected", "protocol": "Call", "version": "1.0.0"}
+
+
 def start_message(call: TwilioCall) -> dict[str, Any]:
     return {
         "event": "start",
@@ -162,7 +166,7 @@ async def _send_all(
     shuffle_frames: float,
     seed: int,
 ) -> None:
-    opening = [{"event": "connected", "protocol": "Call", "version": "1.0.0"}, start_message(call)]
+    opening = [connected_message(), start_message(call)]
     for message in opening:
         await _send(ws, _dump(message), played)
     media = media_messages(call, shuffle_frames, seed)

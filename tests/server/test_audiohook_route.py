@@ -17,9 +17,6 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-import server.app
-from server.routes import WebSocketRoute, websocket_routes
-from streaming.protocols.audiohook import make_audiohook_codec
 from tests.callcentre.audiohook_emulator import AudioHookCall, AudioHookRun, Pause, play
 from tests.callcentre.call import Call, make_call
 from tests.callcentre.subscriber import Followed, follow
@@ -32,15 +29,6 @@ SESSION = "7f0c5e2a-3b4d-4c6e-8f10-2a3b4c5d6e7f"
 CHANNELS = ("internal", "external")
 PAUSE = Pause(at_s=4.0, seconds=1.0)  # cuts the customer's first turn
 TIMEOUT_S = 120.0
-
-
-@pytest.fixture(autouse=True)
-def audiohook_route(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Serve /audiohook even before the route table lists it."""
-    routes = websocket_routes()
-    if "/audiohook" not in routes:
-        route = WebSocketRoute("/audiohook", "audiohook", make_audiohook_codec)
-        monkeypatch.setattr(server.app, "websocket_routes", lambda: {**routes, route.path: route})
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,27 @@ stream must be refused before any of its audio is decoded.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-import server.app
 from server.app import App
-from server.routes import WebSocketRoute, websocket_routes
-from streaming.protocols.twilio import make_twilio_codec
-from tests.callcentre.twilio_emulator import Played, TwilioCall, play_call, signed_headers
+from tests.callcentre.twilio_emulator import (
+    Played,
+    TwilioCall,
+    connected_message,
+    media_messages,
+    play_call,
+    signed_headers,
+    start_message,
+    stop_message,
+)
 from tests.server.inprocess import HookedVadModel, serving
 from tests.streaming.fakes import tone_bursts
 from tools.g711 import encode_mulaw
@@ -30,18 +36,6 @@ KEY = "call-centre-api-key-0123"
 TOKEN = "twilio-auth-token"
 SECONDS = 3.0
 TIMEOUT_S = 120.0
-
-
-@pytest.fixture(autouse=True)
-def twilio_route(monkeypatch: pytest.MonkeyPatch) -> None:
-    """/twilio in the route table, until server/routes.py has it."""
-
-    def with_twilio() -> dict[str, WebSocketRoute]:
-        routes = websocket_routes()
-        routes.setdefault("/twilio", WebSocketRoute("/twilio", "twilio", make_twilio_codec, True))
-        return routes
-
-    monkeypatch.setattr(server.app, "websocket_routes", with_twilio)
 
 
 def two_party_call(**parameters: str) -> TwilioCall:
@@ -123,3 +117,30 @@ def test_without_a_token_or_keys_an_unsigned_inbound_stream_is_taken(
     played, decoded = asyncio.run(scenario())
     assert played.close_code == 1000 and played.received == []
     assert decoded >= 0.95 * SECONDS * 16000, decoded
+
+
+def test_duplicate_and_late_chunks_are_dropped_and_counted(tiny_model_dir: Path) -> None:
+    call = two_party_call()
+    messages = media_messages(call)
+    messages.insert(12, messages[10])  # a frame sent twice
+    late = messages.pop(20)  # a frame that comes 400 ms after its place was played out
+    messages.insert(60, late)
+
+    async def scenario() -> tuple[float, float]:
+        async with serving(tiny_model_dir) as (app, url):
+            async with connect(url.removesuffix("/ws") + "/twilio") as ws:
+                await ws.send(json.dumps(connected_message()))
+                await ws.send(json.dumps(start_message(call)))
+                (conn,) = app.sessions.values()
+                for message in messages:
+                    await ws.send(message)
+                await ws.send(json.dumps(stop_message(call, len(messages) + 2)))
+                await ws.wait_closed()
+            await asyncio.wait_for(conn._done.wait(), TIMEOUT_S)
+            dropped = app.metrics.media_dropped
+            return (
+                dropped.labels("duplicate")._value.get(),
+                dropped.labels("late")._value.get(),
+            )
+
+    assert asyncio.run(scenario()) == (1.0, 1.0)
