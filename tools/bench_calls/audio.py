@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import soxr
 
-from streaming.audio import ulaw_to_linear
 from tools.bench.corpus import FRAME_MS, Clip
+from tools.g711 import encode_mulaw
 from tools.speech import SAMPLE_RATE
 
 RATE = 8000
@@ -28,15 +28,8 @@ def to_8k(audio: np.ndarray) -> np.ndarray:
 
 
 def mulaw(audio: np.ndarray) -> bytes:
-    """Float samples as G.711 μ-law bytes: for each sample the code whose decoded value,
-    by the server's own table, is nearest."""
-    linear = np.round(np.clip(audio, -1.0, 32767 / 32768) * 32768).astype(np.int32)
-    table = ulaw_to_linear().astype(np.int32)
-    order = np.argsort(table, kind="stable")
-    ranked = table[order]
-    upper = np.clip(np.searchsorted(ranked, linear), 1, len(ranked) - 1)
-    nearer = np.where(linear - ranked[upper - 1] <= ranked[upper] - linear, upper - 1, upper)
-    return bytes(order[nearer].astype(np.uint8).tobytes())
+    """Float samples as G.711 μ-law bytes (the nearest code by the server's own table)."""
+    return encode_mulaw(audio)
 
 
 def interleave(channels: Sequence[bytes]) -> bytes:
