@@ -135,7 +135,7 @@ class App:
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
-        self.streams = StreamHub(config.limits.max_pending_events)
+        self.streams = StreamHub(config.limits.max_pending_events, config.limits.stream_backlog)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self._per_ip: dict[str, int] = {}
@@ -308,8 +308,8 @@ class App:
     async def stats_route(self, request: Request) -> Response:
         return self._guarded(request) or json_response(200, self.stats())
 
-    async def stream_probe(self, request: Request) -> Response:
-        refusal = self.refusal(request)
+    async def stream_probe(self, request: Request, key_in_band: bool = False) -> Response:
+        refusal = self.refusal(request, key_in_band)
         if refusal is not None:
             return refusal
         return text_response(
@@ -536,6 +536,9 @@ class App:
         refusal = self.refusal(websocket)
         if refusal is not None:
             return refusal
+        if self.streams.followers >= self.config.limits.max_followers:
+            limit = self.config.limits.max_followers
+            return text_response(503, f"server is at its limit of {limit} followers\n")
         stream_id = websocket.path_params["stream_id"]
         wait_s = readiness_wait(websocket.query_params.get("wait"), FOLLOW_WAIT_CAP_S)
         stream = await self.streams.wait_for(stream_id, wait_s)

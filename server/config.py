@@ -78,11 +78,20 @@ class ListenConfig:
             raise ValueError("webhooks need both webhook_allow and webhook_secret")
         if self.webhook_secret is not None and len(self.webhook_secret) < 16:
             raise ValueError("webhook_secret must be at least 16 characters")
+        if self.public_url is not None and urlsplit(self.public_url).scheme not in (
+            "http",
+            "https",
+        ):
+            raise ValueError("public_url must be an http:// or https:// URL")
         for prefix in self.webhook_prefixes:
-            if not prefix.startswith(("http://", "https://")) or not urlsplit(prefix).netloc:
-                # End each with "/" (https://hooks.example.com/): a bare host would also
-                # allow https://hooks.example.com.evil.net.
+            parts = urlsplit(prefix)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError("webhook_allow holds http:// or https:// URL prefixes")
+            if not parts.path.endswith("/") or parts.query or "@" in parts.netloc:
+                raise ValueError(
+                    f"webhook_allow prefix {prefix!r} must end its path with / and hold no "
+                    "user info or query (https://hooks.example.com/calls/)"
+                )
 
     @property
     def webhook_prefixes(self) -> tuple[str, ...]:
@@ -113,9 +122,15 @@ class LimitsConfig:
     # at once (each holds a spooled file and a session; more wait with 429).
     max_upload_bytes: int = 512 * 2**20
     max_uploads: int = 4
+    # Followers (/v1/streams/{id}/events): in all, waiting ones included, and the finals
+    # each live stream keeps for a follower that joins late.
+    max_followers: int = 256
+    stream_backlog: int = 500
 
     def __post_init__(self) -> None:
         self.session_limits()  # the per-session rules live in streaming.limits
+        if self.max_followers < 1 or self.stream_backlog < 0:
+            raise ValueError("max_followers must be >= 1 and stream_backlog >= 0")
         if self.max_upload_bytes < 1024 or self.max_uploads < 1:
             raise ValueError("max_upload_bytes must be >= 1024 and max_uploads >= 1")
         if self.max_sessions < 1 or self.max_sessions_per_ip < 1 or self.max_pending_events < 1:

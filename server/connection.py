@@ -81,6 +81,7 @@ class Connection:
         self._idle_timeout_s = idle_timeout_s
         self._publisher = publisher
         self._ended = asyncio.Event()  # `Ended` was queued: followers have had the whole stream
+        self._settled = asyncio.Event()  # nothing more will be published: ended or dropped
         self._lost: ErrorEvent = ErrorEvent(
             "session_closed", "the stream's client went away before the stream ended"
         )
@@ -114,21 +115,25 @@ class Connection:
             self._finishing = True
             for task in self._tasks:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            # Cancelled tasks keep their CancelledError, whose traceback holds frames that
-            # hold this connection: drop them, or every session lingers until a full GC.
-            self._tasks.clear()
+            # Released before the await: a second cancellation there must not leave the
+            # stream listed or its engine sessions open.
             self._cancel_engine_sessions()
             if self._publisher is not None:
                 self._publisher.close(None if self._ended.is_set() else self._lost)
-            self._done.set()
+            try:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            finally:
+                # Cancelled tasks keep their CancelledError, whose traceback holds frames
+                # that hold this connection: drop them, or sessions linger until a full GC.
+                self._tasks.clear()
+                self._done.set()
 
     async def _finish_for_followers(self) -> None:
         """The client ended its stream and left at once (Twilio closes right after `stop`):
         its followers are still owed the finals, so the session runs on until `Ended`."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(OWED_FINALS_S):
-                await self._ended.wait()
+                await self._settled.wait()
 
     async def drain(self) -> None:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
@@ -269,7 +274,8 @@ class Connection:
         try:
             while events := self.session.events_to_send():
                 for event in events:
-                    self._outbox.put(event)
+                    if not self.ws.closed:  # a client gone after `stop` reads nothing more
+                        self._outbox.put(event)
                     self._publish(event)
         except OutboxOverflowError as exc:
             self._stats.protocol_error(exc.code)
@@ -280,6 +286,7 @@ class Connection:
         """Followers get every event the client gets; a taken stream id ends the session."""
         if isinstance(event, Ended):
             self._ended.set()
+            self._settled.set()
         if self._publisher is not None:
             refused = self._publisher.event(event)
             if refused is not None:
@@ -307,6 +314,7 @@ class Connection:
             if task is not current:
                 task.cancel()
         self._lost = ErrorEvent(code, message)
+        self._settled.set()
         self._dropping = self._loop.create_task(self._drop(self._lost, close_code), name="drop")
 
     def _extend_drop_grace(self) -> None:

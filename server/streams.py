@@ -27,8 +27,8 @@ from streaming.events import (
 )
 from streaming.protocols.v1 import event_to_dict
 
-#: The finals a late subscriber can still catch up on, per stream.
-MAX_BACKLOG = 1000
+#: The finals a late subscriber can still catch up on, per stream (by default).
+MAX_BACKLOG = 500
 
 
 class Subscription:
@@ -184,6 +184,12 @@ class StreamHub:
     def get(self, stream_id: str) -> LiveStream | None:
         return self._streams.get(stream_id)
 
+    @property
+    def followers(self) -> int:
+        """Subscribers of every live stream, and handshakes waiting for a stream to start."""
+        following = sum(len(s.subscribers) for s in self._streams.values())
+        return following + sum(self._waiters.values())
+
     def __len__(self) -> int:
         return len(self._streams)
 
@@ -248,7 +254,13 @@ class Publisher:
 
     def close(self, reason: ErrorEvent | None) -> None:
         """The connection is over; `reason` says why when it ended without `Ended`."""
-        if self._stream is not None:
-            self._hub.close(self._stream, None if self._stream.ended else reason)
+        stream = self._stream
+        if stream is None:
+            return
+        lost = None if stream.ended else reason
+        self._hub.close(stream, lost)
         if self._webhook is not None:
+            if lost is not None:  # the webhook too learns why the stream ended early
+                for event in (lost, Ended()):
+                    self._webhook.send(self._webhook_body(stream, event))
             self._webhook.finish()

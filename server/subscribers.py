@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
 from server.socket_port import ClientGone, SocketPort
 from server.streams import StreamHub, Subscription
 from streaming.errors import CLOSE_NORMAL, CLOSE_POLICY_VIOLATION
-from streaming.events import Ended, ErrorEvent
+from streaming.events import Configured, Ended, ErrorEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.v1 import V1Codec
 
@@ -51,6 +52,8 @@ class Follower:
         try:
             while True:
                 event = await self._sub.outbox.get()
+                if isinstance(event, Configured):  # the webhook URL may carry its secret
+                    event = replace(event, webhook_url=None)
                 for frame in self._codec.encode(event):
                     await self._port.send(frame)
                 if isinstance(event, Ended):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -18,11 +20,14 @@ def _stream(app: App, route: StreamRoute) -> list[BaseRoute]:
     async def endpoint(websocket: WebSocket) -> None:
         await app.websocket(websocket, route)
 
+    async def probe(request: Request) -> Response:
+        return await app.stream_probe(request, route.key_in_band)
+
     # A plain GET gets what the handshake would (the page asks why a socket was refused:
     # browsers hide a refused handshake's status), or 426 when it would be admitted.
     return [
         WebSocketRoute(route.path, endpoint, name=route.protocol),
-        Route(route.path, app.stream_probe),
+        Route(route.path, probe),
     ]
 
 

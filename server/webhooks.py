@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
@@ -38,10 +39,39 @@ class WebhookPolicy:
     attempts: int = 5
     first_backoff_s: float = 0.5  # doubles after each failed attempt
     timeout_s: float = 10.0
-    max_pending: int = 1000
+    max_pending: int = 1000  # queued bodies per stream
+    max_total_pending: int = 20_000  # queued bodies of every stream together
+    drain_s: float = 60.0  # after its stream ends, how long a webhook may keep trying
 
     def allows(self, url: str) -> bool:
-        return any(url.startswith(prefix) for prefix in self.allow)
+        """Whether `url` is under one of the allowed prefixes: the same scheme, host and
+        port, and a path below the prefix's (compared parsed, never as raw strings)."""
+        target = url_parts(url)
+        if target is None:
+            return False
+        allowed = (url_parts(prefix) for prefix in self.allow)
+        return any(
+            p is not None and target[:3] == p[:3] and target[3].startswith(p[3]) for p in allowed
+        )
+
+
+def url_parts(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) of a plain http(s) URL; None for anything that could
+    name another place than it seems to (user info, backslashes, dot segments)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or "\\" in url:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    path = parts.path or "/"
+    if any(segment in (".", "..") for segment in unquote(path).split("/")):
+        return None
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, parts.hostname.lower(), port or default, path
 
 
 def signature(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -50,8 +80,29 @@ def signature(secret: bytes, timestamp: str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
+class PendingBodies:
+    """Bodies queued for every webhook together: one bound across streams."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+    def take(self) -> bool:
+        if self.count >= self.limit:
+            return False
+        self.count += 1
+        return True
+
+    def give(self, n: int = 1) -> None:
+        self.count -= n
+
+
 class WebhookDelivery:
-    """One stream's webhook: one task posts its events in order, each retried with backoff."""
+    """One stream's webhook: one task posts its events in order, each retried with backoff.
+
+    Once the stream has ended, what is still queued gets `drain_s` to go out; the rest
+    counts as failed (a receiver that is down must not hold memory for hours).
+    """
 
     def __init__(
         self,
@@ -59,38 +110,60 @@ class WebhookDelivery:
         policy: WebhookPolicy,
         http: aiohttp.ClientSession,
         count: Callable[[str], None],
+        pending: PendingBodies | None = None,
     ) -> None:
         self.url = url
         self._policy = policy
         self._http = http
         self._count = count
+        self._pending = pending if pending is not None else PendingBodies(policy.max_pending)
         self._queue: deque[bytes] = deque()
         self._ready = asyncio.Event()
         self._finished = False
+        self._give_up: asyncio.TimerHandle | None = None
         self.task = asyncio.get_running_loop().create_task(self._run(), name="webhook")
 
     def send(self, payload: dict[str, Any]) -> None:
-        """Queue one event; past the bound it is dropped (and counted), never waited on."""
-        if len(self._queue) >= self._policy.max_pending:
+        """Queue one event; past the bounds it is dropped (and counted), never waited on."""
+        if len(self._queue) >= self._policy.max_pending or not self._pending.take():
             self._count("dropped")
             return
         self._queue.append(json.dumps(payload, ensure_ascii=False).encode())
         self._ready.set()
 
     def finish(self) -> None:
-        """No more events: the task ends once what is queued has been tried."""
+        """No more events: the task ends once what is queued has been tried, or at the
+        drain deadline."""
+        if self._finished:
+            return
         self._finished = True
         self._ready.set()
+        loop = asyncio.get_running_loop()
+        self._give_up = loop.call_later(self._policy.drain_s, self.task.cancel)
 
     async def _run(self) -> None:
-        while True:
-            while not self._queue:
-                if self._finished:
-                    return
-                self._ready.clear()
-                await self._ready.wait()
-            body = self._queue.popleft()
-            self._count("delivered" if await self._deliver(body) else "failed")
+        in_flight = 0
+        try:
+            while True:
+                while not self._queue:
+                    if self._finished:
+                        return
+                    self._ready.clear()
+                    await self._ready.wait()
+                body = self._queue.popleft()
+                in_flight = 1
+                delivered = await self._deliver(body)
+                in_flight = 0
+                self._pending.give()
+                self._count("delivered" if delivered else "failed")
+        finally:
+            left = len(self._queue) + in_flight
+            self._pending.give(left)
+            for _ in range(left):
+                self._count("failed")
+            self._queue.clear()
+            if self._give_up is not None:
+                self._give_up.cancel()
 
     async def _deliver(self, body: bytes) -> bool:
         delay = self._policy.first_backoff_s
@@ -136,6 +209,7 @@ class Webhooks:
         self._count = count
         self._http: aiohttp.ClientSession | None = None
         self._running: set[WebhookDelivery] = set()
+        self._pending = PendingBodies(policy.max_total_pending if policy else 0)
 
     def open(self, url: str) -> WebhookDelivery:
         """A delivery to `url` (the caller has checked the policy allows it)."""
@@ -143,7 +217,7 @@ class Webhooks:
             raise RuntimeError("webhooks are not configured")
         if self._http is None:
             self._http = aiohttp.ClientSession()
-        delivery = WebhookDelivery(url, self.policy, self._http, self._count)
+        delivery = WebhookDelivery(url, self.policy, self._http, self._count, self._pending)
         self._running.add(delivery)
         delivery.task.add_done_callback(lambda _: self._running.discard(delivery))
         return delivery

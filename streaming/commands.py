@@ -80,12 +80,12 @@ class Configure:
         if self.webhook_url is not None and not self.webhook_url.startswith(WEBHOOK_SCHEMES):
             raise InvalidFieldError("webhook_url must be an http:// or https:// URL")
         labels = self.channel_labels
+        if any(not isinstance(label, str) or not 0 < len(label) <= 64 for label in labels):
+            raise InvalidFieldError("each channel label must be a string of 1 to 64 characters")
         if labels and (len(labels) != self.audio.channels or len(set(labels)) != len(labels)):
             raise InvalidFieldError(
                 f"channel_labels must name each of the {self.audio.channels} channels once"
             )
-        if any(not isinstance(label, str) or not 0 < len(label) <= 64 for label in labels):
-            raise InvalidFieldError("each channel label must be a string of 1 to 64 characters")
         if self.stream_id is not None and not STREAM_ID.fullmatch(self.stream_id):
             raise InvalidFieldError(
                 "stream_id must be 1 to 128 letters, digits or ._:- and start with a letter "

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from streaming.errors import MalformedMessageError
 from streaming.events import Final
+
+#: A `\uD800`-`\uDFFF` escape that is not half of a pair: JSON lets it through, but the
+#: string it makes cannot be written as UTF-8 again (to a client, a follower, a webhook).
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 def load_object(text: str | bytes, what: str = "text message") -> dict[str, Any]:
@@ -16,6 +24,8 @@ def load_object(text: str | bytes, what: str = "text message") -> dict[str, Any]
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise MalformedMessageError(f"{what} is not valid JSON: {exc}") from exc
+    if "\\u" in raw and _LONE_SURROGATE.search(raw):
+        raise MalformedMessageError(f"{what} holds an unpaired UTF-16 surrogate escape")
     if not isinstance(obj, dict):
         raise MalformedMessageError(f"{what} must be a JSON object")
     return obj

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,13 +29,22 @@ TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+def hook_port() -> int:
+    """A free port for the webhook receiver, known before the server starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, hook_port: int) -> Iterator[ServerProcess]:
     proc = ServerProcess(
         tiny_model_dir,
         "--api-keys",
         KEY,
         "--webhook-allow",
-        "http://127.0.0.1:",
+        f"http://127.0.0.1:{hook_port}/",
         "--webhook-secret",
         SECRET.decode(),
     )
@@ -202,11 +212,12 @@ def test_a_caller_that_vanishes_ends_its_followers_with_an_error(
 
 
 def test_a_streams_finals_and_end_are_posted_to_its_webhook(
-    server: ServerProcess, call: Call
+    server: ServerProcess, call: Call, hook_port: int
 ) -> None:
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         receiver = Receiver()
-        async with receiving(receiver) as hook:
+        follower = asyncio.create_task(follow(server.url, "call-hook", AUTH))
+        async with receiving(receiver, hook_port) as hook:
             async with connect(server.url, additional_headers=AUTH) as ws:
                 await ws.send(start("call-hook", webhook_url=hook))
                 for frame in chunks(call.stereo(), 1600):
@@ -215,6 +226,10 @@ def test_a_streams_finals_and_end_are_posted_to_its_webhook(
                 caller = await read_all(ws)
             # The end is the last event posted: once it is in, everything is.
             await asyncio.wait_for(receiver.got_end.wait(), 30)
+        followed = await follower
+        # The caller named its webhook; followers are not told where it is.
+        assert caller[0]["config"]["webhook_url"] == hook
+        assert followed.events[0]["config"]["webhook_url"] is None
         return caller, receiver.bodies, receiver.valid_signatures
 
     caller, bodies, signed = run(scenario())

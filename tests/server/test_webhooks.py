@@ -12,14 +12,20 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from engine.types import Transcript
+from server.streams import Publisher, StreamHub
 from server.webhooks import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    PendingBodies,
     WebhookDelivery,
     WebhookPolicy,
     Webhooks,
     signature,
 )
+from streaming.audio import AudioFormat
+from streaming.commands import StreamOptions
+from streaming.events import Configured, ErrorEvent, Final
 
 SECRET = b"webhook-secret-0123456789"
 
@@ -51,12 +57,12 @@ class Receiver:
 
 
 @asynccontextmanager
-async def receiving(receiver: Receiver) -> AsyncIterator[str]:
+async def receiving(receiver: Receiver, port: int = 0) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/hook", receiver.handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
@@ -66,7 +72,7 @@ async def receiving(receiver: Receiver) -> AsyncIterator[str]:
 
 
 def policy(**overrides: Any) -> WebhookPolicy:
-    return WebhookPolicy(("http://127.0.0.1:",), SECRET, **{"first_backoff_s": 0.01, **overrides})
+    return WebhookPolicy(("http://127.0.0.1/",), SECRET, **{"first_backoff_s": 0.01, **overrides})
 
 
 async def deliver(
@@ -136,11 +142,23 @@ def test_a_lagging_receiver_costs_events_past_the_bound_never_waiting() -> None:
     assert receiver.bodies == events[:3]
 
 
-def test_the_policy_allows_only_its_prefixes() -> None:
-    pol = WebhookPolicy(("https://hooks.example.com/",), SECRET)
-    assert pol.allows("https://hooks.example.com/calls")
-    assert not pol.allows("https://hooks.example.com.evil.net/")
-    assert not pol.allows("http://169.254.169.254/latest")
+def test_the_policy_allows_only_urls_under_its_prefixes() -> None:
+    pol = WebhookPolicy(("https://hooks.example.com/calls/",), SECRET)
+    assert pol.allows("https://hooks.example.com/calls/0042?x=1")
+    assert pol.allows("https://HOOKS.example.com:443/calls/a")
+    for url in (
+        "https://hooks.example.com.evil.net/calls/",  # another host
+        "https://hooks.example.com@169.254.169.254/calls/",  # user info
+        "https://hooks.example.com/calls/../admin",  # a dot segment
+        "https://hooks.example.com/calls/%2e%2e/admin",  # an encoded one
+        "https://hooks.example.com\\@evil.net/calls/",  # a backslash
+        "https://hooks.example.com:8443/calls/",  # another port
+        "http://hooks.example.com/calls/",  # another scheme
+        "https://hooks.example.com/callsX",  # beside the prefix, not under it
+        "http://169.254.169.254/latest",
+        "https://hooks.example.com:99999/calls/",  # no such port
+    ):
+        assert not pol.allows(url), url
 
 
 def test_close_lets_queued_events_go_out() -> None:
@@ -154,3 +172,67 @@ def test_close_lets_queued_events_go_out() -> None:
         return receiver.bodies
 
     assert run(scenario) == [{"n": 0}]
+
+
+def test_after_its_stream_ends_a_webhook_gives_up_at_the_drain_deadline() -> None:
+    receiver = Receiver(gate=asyncio.Event())  # a receiver that never answers
+
+    async def scenario() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        async with receiving(receiver) as url, aiohttp.ClientSession() as http:
+            delivery = WebhookDelivery(
+                url,
+                policy(drain_s=0.3),
+                http,
+                lambda o: counts.__setitem__(o, counts.get(o, 0) + 1),
+            )
+            for n in range(3):
+                delivery.send({"n": n})
+            delivery.finish()
+            await asyncio.gather(delivery.task, return_exceptions=True)
+            receiver.gate.set()  # type: ignore[union-attr]
+        return counts
+
+    # The one in flight and the two queued behind it: all failed, nothing kept.
+    assert run(scenario) == {"failed": 3}
+
+
+def test_every_streams_webhook_shares_one_bound() -> None:
+    async def scenario() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        shared = PendingBodies(3)
+        receiver = Receiver()
+        async with receiving(receiver) as url, aiohttp.ClientSession() as http:
+            count = lambda o: counts.__setitem__(o, counts.get(o, 0) + 1)  # noqa: E731
+            first = WebhookDelivery(url, policy(), http, count, shared)
+            second = WebhookDelivery(url, policy(), http, count, shared)
+            for n in range(2):
+                first.send({"n": n})
+                second.send({"n": n})
+            for delivery in (first, second):
+                delivery.finish()
+            await asyncio.gather(first.task, second.task)
+        assert shared.count == 0  # every body given back
+        return counts
+
+    assert run(scenario) == {"delivered": 3, "dropped": 1}
+
+
+def test_a_stream_lost_midway_tells_its_webhook_why_and_ends() -> None:
+    async def scenario() -> list[str]:
+        receiver = Receiver()
+        async with receiving(receiver) as url:
+            allow = url.rsplit("/", 1)[0] + "/"
+            hooks = Webhooks(WebhookPolicy((allow,), SECRET), lambda outcome: None)
+            hub = StreamHub()
+            publisher = Publisher(hub, "s1", "v1", 0.0, hooks)
+            fmt = AudioFormat("mulaw", 8000, 1)
+            configured = Configured("s1", fmt, StreamOptions(), "m", True, webhook_url=url)
+            assert publisher.event(configured) is None
+            text = Transcript("hi", "en", "neutral", "speech", True, "hi")
+            publisher.event(Final(0, 0, 500, text))
+            publisher.close(ErrorEvent("session_closed", "the client went away"))
+            await hooks.close(timeout_s=5)
+        return [b["event"]["type"] for b in receiver.bodies]
+
+    assert run(scenario) == ["final", "error", "end"]
