@@ -11,15 +11,20 @@ own `seq` from 1 and echoes in `clientseq` the last client seq seen (a `pong`, t
 `ping`'s). `ping` gets `pong`. `paused`/`resumed` (Genesys pauses; this server never asks
 to) stop and restart the audio; audio while paused is an error. Positions count the audio
 a pause or a `discarded` message dropped: see `audiohook_timeline`. `update` may change the
-language. `close` ends the stream, and `closed` goes out after every owed final; the
-client then closes the socket. Finals go back as transcript events (see
-`audiohook_transcript`); partials are not sent (Genesys uses final transcripts only).
+language (tags must be BCP 47 in shape, as they are echoed in transcripts). `error`,
+`dtmf`, `playback_started` and `playback_completed` change nothing. `close` ends the
+stream, and `closed` goes out after every owed final; the client then closes the socket.
+Finals go back as transcript events (see `audiohook_transcript`); partials are not sent
+(Genesys uses final transcripts only).
 
 Every error ends the session, as AudioHook's reference server does: a `disconnect` with
-reason `error` and the error as its `info`, then the close. Not supported: server-asked
-pause and resume, `reconnect` and continued sessions, L16 audio, and the HTTP message
-signature Genesys adds when the integration has a client secret (the API key is checked;
-the signature is not).
+reason `error` (`unauthorized` for a refused key) and the error, cut to MAX_INFO_CHARS, as
+its `info`, then the close. A server shutdown ends it with a `disconnect` of reason
+`completed`, unless the client has already sent `close` (then `closed` answers it). After
+a `disconnect` no `closed` is sent: the reference server, too, sends `closed` only from
+its closing state. Not supported: server-asked pause and resume, `reconnect` and
+continued sessions, L16 audio, and the HTTP message signature Genesys adds when the
+integration has a client secret (the API key is checked; the signature is not).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from streaming.protocols.audiohook_messages import (
     CLIENT_TYPES,
     CLOSE_REASONS,
     MAX_TEXT_BYTES,
+    NOTE_TYPES,
     NULL_UUID,
     RATE,
     ClientMessage,
@@ -52,6 +58,7 @@ from streaming.protocols.audiohook_messages import (
     choose_media,
     count_field,
     duration_field,
+    language_field,
     read_client_message,
     read_open,
     server_message,
@@ -69,11 +76,16 @@ from streaming.protocols.base import Codec, CodecSettings, Frame, Handshake
 
 #: After `closed` the client closes the socket; it gets this long to do it first.
 CLIENT_CLOSE_GRACE_S: Final = 5.0
-#: The longest gap (a pause, discarded audio) filled with silence. The VAD and resampler
-#: run on the fill in one step of the event loop: ~7 ms of one core per second of stereo
-#: (measured with the FSMN VAD), so 10 s holds the loop ~0.15 s, once per pause. Beyond
-#: it the gap is skipped, and transcript offsets still count it (see the timeline).
-MAX_FILL_S: Final = 10
+#: The longest gap (a pause, discarded audio) filled with silence: six times the VAD's
+#: default end silence (500 ms), so the utterance a gap cut ends on the fill. The decoder,
+#: resampler and VAD run on the fill in one step of the event loop, ~13 ms of one core per
+#: second of stereo (FSMN VAD, a 2-vCPU Xeon), so a fill holds the loop ~40 ms. Beyond it
+#: the gap is skipped, and transcript offsets still count it (see the timeline). Fill is
+#: audio to the session's rate limit (2x real time and a 5 s burst by default), so a
+#: client repeating `discarded` is stopped as one sending audio too fast would be.
+MAX_FILL_S: Final = 3
+#: The longest `info` a `disconnect` carries: an error may quote a long client value.
+MAX_INFO_CHARS: Final = 1000
 #: μ-law's code for a zero sample.
 SILENCE: Final = b"\xff"
 
@@ -141,7 +153,7 @@ class AudioHookCodec:
             )
         if msg.type == "close":
             return self._close(msg)
-        if self._closing or msg.type in ("error", "dtmf"):
+        if self._closing or msg.type in NOTE_TYPES:
             return self._note(msg)  # nothing more changes once the stream is closing
         if msg.type == "open":
             return self._open(msg)
@@ -167,7 +179,7 @@ class AudioHookCodec:
             raise InvalidFieldError(f"id {msg.id} is not this session's ({self._id})")
 
     def _opened_message(self, msg: ClientMessage) -> Sequence[Command]:
-        """A message of an open session (not `open`, `close`, `error`, `dtmf`)."""
+        """A message of an open session (not `open`, `close`, nor one of NOTE_TYPES)."""
         match msg.type:
             case "ping":
                 return (Mark(str(msg.seq)),)  # its Marked is the pong
@@ -236,9 +248,7 @@ class AudioHookCodec:
         return tuple(Audio(data[i : i + second]) for i in range(0, len(data), second))
 
     def _update(self, msg: ClientMessage) -> Sequence[Command]:
-        tag = msg.parameters.get("language")
-        if not isinstance(tag, str):
-            raise InvalidFieldError(f"update: language must be a string; got {tag!r}")
+        tag = language_field(msg.parameters.get("language"), "update: ")
         self._language = tag
         configure = self._configure
         language = stream_language(tag)
@@ -257,8 +267,9 @@ class AudioHookCodec:
         return (Stop(),)
 
     def _note(self, msg: ClientMessage) -> Sequence[Command]:
-        """Messages that change nothing, checked: a client `error`, a `dtmf`, and any
-        message but `close` once closing (the stream takes no more commands then)."""
+        """Messages that change nothing, checked: NOTE_TYPES (a `playback_*` has no
+        parameters to check), and any message but `close` once closing (the stream takes
+        no more commands then)."""
         if msg.type == "error":
             count_field(msg.parameters, "code")
             if not isinstance(msg.parameters.get("message"), str):
@@ -300,11 +311,10 @@ class AudioHookCodec:
             case FinalEvent():
                 return self._transcript(event)
             case ErrorEvent():
-                return self._disconnect(event.message, event.code)
+                reason = "unauthorized" if event.code == "unauthorized" else "error"
+                return self._disconnect(reason, event.message)
             case Ended():
-                if self._closing:
-                    return (self._message("closed", {}),)
-                return self._disconnect("the server ended the session", "")
+                return self._end()
         return ()  # partials, speech events, failed utterances: nothing in AudioHook
 
     def _message(
@@ -321,11 +331,24 @@ class AudioHookCodec:
         session_id = self._id or NULL_UUID
         return server_message(kind, session_id, self._serverseq + 1, answered, parameters)
 
-    def _disconnect(self, info: str, code: str) -> Sequence[Frame]:
+    def _end(self) -> Sequence[Frame]:
+        """The stream's end: `closed` answers a `close`; else the server is shutting down.
+
+        Nothing after a `disconnect`: the session is over for the client already.
+        """
+        if self._disconnected:
+            return ()
+        if self._closing:
+            return (self._message("closed", {}),)
+        return self._disconnect("completed", "the server is shutting down")
+
+    def _disconnect(self, reason: str, info: str) -> Sequence[Frame]:
+        """The one `disconnect` of a session (`completed`, `unauthorized` or `error`)."""
         if self._disconnected:
             return ()
         self._disconnected = True
-        reason = "unauthorized" if code == "unauthorized" else "error"
+        if len(info) > MAX_INFO_CHARS:
+            info = info[: MAX_INFO_CHARS - 1] + "…"
         return (self._message("disconnect", {"reason": reason, "info": info}),)
 
     def _transcript(self, final: FinalEvent) -> Sequence[Frame]:

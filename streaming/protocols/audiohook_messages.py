@@ -28,6 +28,9 @@ RATE: Final = 8000
 CHANNEL_NAMES: Final = ("external", "internal")  # the customer's side, the agent's
 #: A connection probe opens with this conversation id; it is no call.
 NULL_UUID: Final = "00000000-0000-0000-0000-000000000000"
+#: AudioHook's client messages. `dtmf`, `playback_started` and `playback_completed` are
+#: the voice-bot additions of the same protocol (Genesys' Audio Connector reference server,
+#: `src/protocol/voice-bots.ts`); a monitor server takes them and does nothing.
 CLIENT_TYPES: Final = (
     "open",
     "ping",
@@ -37,9 +40,18 @@ CLIENT_TYPES: Final = (
     "update",
     "error",
     "dtmf",
+    "playback_started",
+    "playback_completed",
     "close",
 )
+#: Client messages that change nothing here (checked, then dropped), in any state.
+NOTE_TYPES: Final = ("error", "dtmf", "playback_started", "playback_completed")
 CLOSE_REASONS: Final = ("end", "error", "disconnect", "reconnect")
+#: A BCP 47 tag's shape (`en-US`, `zh-Hant-TW`, `yue-HK`): ASCII subtags of 1 to 8 letters
+#: and digits, the first letters only; at most 35 characters, RFC 5646's advice for a
+#: buffer. The reference server is stricter (`ll-RR` only); this takes every such tag.
+_LANGUAGE = re.compile(r"[A-Za-z]{1,8}(?:-[A-Za-z0-9]{1,8})*")
+_MAX_LANGUAGE_CHARS = 35
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _DURATION = re.compile(r"PT(\d*\.?\d+)S")
 #: Positions beyond this many seconds (over eleven days) are taken as a client bug.
@@ -92,7 +104,9 @@ class OpenRequest:
 
 def read_client_message(text: str) -> ClientMessage:
     """A client message's envelope, checked; its parameters are the type's to check."""
-    size = len(text) if len(text) > MAX_TEXT_BYTES else len(text.encode())
+    # surrogatepass: a str may hold a raw lone surrogate (escaped ones are refused by the
+    # JSON reader); it is measured here, and no field echoed back can hold one.
+    size = len(text) if len(text) > MAX_TEXT_BYTES else len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_TEXT_BYTES:
         raise FrameTooLargeError(
             f"text message of {size} bytes is over AudioHook's {MAX_TEXT_BYTES} byte limit"
@@ -145,6 +159,16 @@ def duration_field(obj: Mapping[str, Any], name: str, where: str = "") -> int:
     return int((seconds * RATE).to_integral_value())
 
 
+def language_field(value: object, where: str = "") -> str:
+    """A language tag as the client sent it, checked to be BCP 47 in shape.
+
+    The tag is echoed back in transcripts, so nothing but its ASCII shape gets through.
+    """
+    if isinstance(value, str) and len(value) <= _MAX_LANGUAGE_CHARS and _LANGUAGE.fullmatch(value):
+        return value
+    raise InvalidFieldError(f"{where}language must be a BCP 47 tag such as en-US; got {value!r}")
+
+
 def format_duration(ms: int) -> str:
     """Milliseconds as an AudioHook duration: `PT1.5S`, `PT0.02S`, `PT3S`."""
     ms = max(ms, 0)
@@ -159,8 +183,8 @@ def read_open(parameters: Mapping[str, Any]) -> OpenRequest:
     if not isinstance(participant, dict):
         raise InvalidFieldError(f"{where}participant must be a JSON object")
     language = parameters.get("language")
-    if language is not None and not isinstance(language, str):
-        raise InvalidFieldError(f"{where}language must be a string; got {language!r}")
+    if language is not None:
+        language = language_field(language, where)
     wants = parameters.get("supportedLanguages", False)
     if not isinstance(wants, bool):
         raise InvalidFieldError(f"{where}supportedLanguages must be true or false")

@@ -23,7 +23,12 @@ from streaming.errors import (
 )
 from streaming.events import Ended, ErrorEvent, Final, Partial
 from streaming.limits import SessionLimits
-from streaming.protocols.audiohook import MAX_FILL_S, AudioHookCodec, make_audiohook_codec
+from streaming.protocols.audiohook import (
+    MAX_FILL_S,
+    MAX_INFO_CHARS,
+    AudioHookCodec,
+    make_audiohook_codec,
+)
 from streaming.protocols.audiohook_messages import (
     MAX_TEXT_BYTES,
     NULL_UUID,
@@ -324,7 +329,7 @@ def test_a_malformed_envelope_disconnects(field: str, value: Any, info: str) -> 
     disconnected(link, info)
 
 
-@pytest.mark.parametrize("kind", ["opened", "pong", "start", "playback_started", ""])
+@pytest.mark.parametrize("kind", ["opened", "pong", "start", "playback", "dtmf_pressed", ""])
 def test_an_unknown_message_type_disconnects(kind: str) -> None:
     link = opened_link()
     link.send(kind)
@@ -393,7 +398,7 @@ def test_unsupported_media_disconnects(offers: list[dict[str, Any]]) -> None:
         ({"conversationId": "call-1"}, "conversationId must be a UUID"),
         ({"organizationId": None}, "organizationId must be a UUID"),
         ({"participant": "x"}, "participant must be a JSON object"),
-        ({"language": 7}, "language must be a string"),
+        ({"language": 7}, "language must be a BCP 47 tag"),
         ({"supportedLanguages": "yes"}, "supportedLanguages must be true or false"),
     ],
 )
@@ -435,7 +440,8 @@ def test_a_second_open_disconnects() -> None:
         ("ko-KR", "ko"),
         ("zh-HK", "auto"),
         ("fr-FR", "auto"),
-        ("", "auto"),
+        ("en", "en"),
+        ("zh-Hant-TW", "zh"),
         (None, "auto"),
     ],
 )
@@ -444,6 +450,53 @@ def test_the_open_language_sets_the_model_language(tag: str | None, language: st
     link = Link()
     link.send("open", **OPEN, media=[STEREO], **({} if tag is None else {"language": tag}))
     assert link.configures()[0].options.language == language
+
+
+# A tag goes back in transcripts as sent: only a BCP 47 shape is taken. "\ud800" is a lone
+# surrogate: as a JSON escape the JSON reader refuses it, as a raw character (a str handed
+# to the codec) the tag check does.
+BAD_TAGS = ["", "en US", "en_US", "en-", "-US", "en--US", "1en", "e" * 9, "en-US\n", "\ud800"]
+BAD_TAGS += ["en-" + "-".join(["abcdefgh"] * 4), "en-ÜS", 7, None]
+
+
+@pytest.mark.parametrize("tag", BAD_TAGS)
+def test_an_open_language_that_is_no_bcp_47_tag_disconnects(tag: Any) -> None:
+    link = Link()
+    link.seq = 1
+    message = link.envelope("open", OPEN | {"media": [STEREO], "language": tag})
+    if tag is None:
+        del message["parameters"]["language"]  # absent is fine: the model detects
+        link.receive(json.dumps(message))
+        assert link.kinds == ["opened"]
+        return
+    link.receive(json.dumps(message, ensure_ascii=False))
+    disconnected(link, "language must be a BCP 47 tag")
+    assert not link.configures()
+
+
+@pytest.mark.parametrize("tag", [t for t in BAD_TAGS if t is not None])
+def test_an_update_language_that_is_no_bcp_47_tag_disconnects(tag: Any) -> None:
+    link = opened_link()
+    link.seq += 1
+    link.receive(json.dumps(link.envelope("update", {"language": tag}), ensure_ascii=False))
+    disconnected(link, "update: language must be a BCP 47 tag")
+    assert len(link.configures()) == 1
+
+
+def test_a_lone_surrogate_escape_is_refused_before_it_is_read() -> None:
+    link = Link()
+    link.seq = 1
+    text = json.dumps(link.envelope("open", OPEN | {"media": [STEREO], "language": "\ud800"}))
+    assert "\\ud800" in text  # the JSON escape, as a client would send it
+    link.receive(text)
+    disconnected(link, "unpaired UTF-16 surrogate")
+
+
+def test_a_disconnect_quotes_a_long_client_value_only_in_part() -> None:
+    link = opened_link()
+    link.send("update", language="x" * 60_000)
+    info = disconnected(link, "update: language must be a BCP 47 tag")["parameters"]["info"]
+    assert len(info) == MAX_INFO_CHARS and info.endswith("…")
 
 
 def test_transcripts_name_the_clients_tag_when_the_model_heard_its_language() -> None:
@@ -593,16 +646,32 @@ def test_update_changes_the_language_without_a_reply() -> None:
     assert all(c.options.language == "ja" for c in link.configures()[1:])
     assert link.kinds == ["opened", "pong"]
     link.send("update", language=None)
-    disconnected(link, "update: language must be a string")
+    disconnected(link, "update: language must be a BCP 47 tag")
 
 
-def test_client_errors_and_dtmf_are_taken_and_change_nothing() -> None:
+def test_client_errors_dtmf_and_playback_are_taken_and_change_nothing() -> None:
     link = opened_link()
     link.send("error", code=429, message="Too many requests", retryAfter="PT2S")
     link.send("dtmf", digit="5")
-    assert link.kinds == ["opened"] and len(link.commands) == 1
+    # Audio Connector's (voice bots) playback reports: this server plays nothing.
+    link.send("playback_started")
+    link.send("playback_completed")
+    link.audio(stereo_call([], [], 0.5))
+    link.send("playback_started")
+    assert link.kinds == ["opened"] and link.close_code is None
+    assert [type(c) for c in link.commands] == [Configure] + [Audio] * 5
     link.send("error", code="429", message="x")
     disconnected(link, "code must be a non-negative integer")
+
+
+def test_playback_reports_before_open_and_while_closing_change_nothing() -> None:
+    link = Link({"audiohook-session-id": SID})
+    link.send("playback_completed")
+    assert link.messages == [] and link.commands == []
+    link.open()
+    link.send("close", reason="end")
+    link.send("playback_completed")
+    assert link.kinds == ["opened", "closed"] and link.close_code is None
 
 
 # ---- pause, resume, discarded ----------------------------------------------------------
@@ -620,21 +689,26 @@ def test_resumed_fills_the_discarded_audio_with_silence_so_positions_agree() -> 
     link.audio(stereo_call([(0.2, 1.4)], [], 1.5))  # speech runs up to the pause
     before = len(link.audio_sent())
     link.send("paused")
-    link.now += 4.0
-    link.send("resumed", start="PT1.5S", discarded="PT4S")
+    link.now += 3.0
+    link.send("resumed", start="PT1.5S", discarded="PT3S")
     fill = link.audio_sent()[before:]
-    assert fill == b"\xff" * (2 * 4 * RATE)
-    fills = [c for c in link.commands if isinstance(c, Audio)][-4:]
-    assert [len(c.data) for c in fills] == [2 * RATE] * 4  # a second at a time
-    link.position += 4 * RATE
-    # The call goes on at 5.5 s: the customer speaks from 6.0 s.
+    assert fill == b"\xff" * (2 * 3 * RATE)
+    fills = [c for c in link.commands if isinstance(c, Audio)][-3:]
+    assert [len(c.data) for c in fills] == [2 * RATE] * 3  # a second at a time
+    link.position += 3 * RATE
+    # The call goes on at 4.5 s: the customer speaks from 5.0 s.
     link.audio(stereo_call([], [(0.5, 1.3)], 2.0))
     link.send("close", reason="end")
     spans = [(t["channelId"], t["offset"], t["duration"]) for t in link.transcripts()]
-    assert spans == [(0, "PT0.2S", "PT1.2S"), (1, "PT6S", "PT0.8S")]
+    assert spans == [(0, "PT0.2S", "PT1.2S"), (1, "PT5S", "PT0.8S")]
     # The stream's own times are AudioHook's.
     finals = [e for e in link.events if isinstance(e, Final)]
-    assert [(f.start_ms, f.end_ms) for f in finals] == [(200, 1400), (6000, 6800)]
+    assert [(f.start_ms, f.end_ms) for f in finals] == [(200, 1400), (5000, 5800)]
+
+
+def test_the_fill_is_a_few_seconds_of_loop_work_at_most() -> None:
+    # ~13 ms of one core per second of stereo: a fill must not hold the loop long.
+    assert MAX_FILL_S == 3
 
 
 def test_a_pause_beyond_the_fill_is_skipped_and_offsets_still_count_it() -> None:
@@ -683,6 +757,19 @@ def test_discarded_audio_is_filled_too() -> None:
     disconnected(link, "discarded: discarded must be a duration")
 
 
+def test_repeated_discards_are_held_to_the_sessions_audio_rate() -> None:
+    # Fill is audio to the session's meter (2x real time and a 5 s burst here), so a client
+    # repeating `discarded` is stopped as one sending audio too fast; the meter refuses the
+    # second before the VAD runs on it.
+    link = opened_link()
+    link.audio(stereo_call([], [], 1.0))  # first audio at 0.1 s, now 1.0 s
+    link.send("discarded", start="PT1S", discarded="PT100S")
+    assert len(link.audio_sent()) == 2 * RATE * (1 + MAX_FILL_S) and link.close_code is None
+    link.send("discarded", start="PT101S", discarded="PT100S")  # 7 s of audio in 0.9 s
+    disconnected(link, "over 2x real time")
+    assert len(link.audio_sent()) == 2 * RATE * (1 + 2 * MAX_FILL_S)  # handed on, refused
+
+
 def test_resumed_needs_its_durations() -> None:
     link = opened_link()
     link.send("paused")
@@ -722,8 +809,9 @@ def test_after_close_messages_change_nothing_and_audio_disconnects() -> None:
     assert len(link.configures()) == 1 and link.commands.count(Stop()) == 1
     link.receive(b"\xff" * FRAME)
     assert link.kinds == ["opened", "disconnect"]
-    link.release()  # the close transaction still ends with `closed`, after the final
-    assert link.kinds == ["opened", "disconnect", "event", "closed"]
+    link.release()  # the owed final still goes out; no `closed` follows the disconnect
+    assert link.kinds == ["opened", "disconnect", "event"]
+    assert isinstance(link.events[-1], Ended)
 
 
 def test_a_close_with_an_unknown_reason_disconnects() -> None:
@@ -732,13 +820,28 @@ def test_a_close_with_an_unknown_reason_disconnects() -> None:
     disconnected(link, "close: reason must be one of end, error, disconnect, reconnect")
 
 
-def test_an_end_the_client_did_not_ask_for_is_a_disconnect() -> None:
-    codec = AudioHookCodec(SessionLimits(), SID)
-    (frame,) = codec.encode(Ended())  # a server shutdown drains the session
-    assert json.loads(frame)["parameters"] == {
-        "reason": "error",
-        "info": "the server ended the session",
+def test_a_server_shutdown_is_a_completed_disconnect_after_the_owed_finals() -> None:
+    link = opened_link()
+    link.hold = True
+    link.audio(stereo_call([(0.2, 2.0)], [], 1.0))  # speech still open: a final is owed
+    link.core.end_of_stream(link.now)  # the server drains the session
+    link.release()
+    assert link.kinds == ["opened", "event", "disconnect"]
+    assert link.messages[-1]["parameters"] == {
+        "reason": "completed",
+        "info": "the server is shutting down",
     }
+    assert link.close_code is None and isinstance(link.events[-1], Ended)
+
+
+def test_a_server_shutdown_while_closing_answers_the_close() -> None:
+    link = opened_link()
+    link.hold = True
+    link.audio(stereo_call([(0.2, 2.0)], [], 1.0))
+    link.send("close", reason="end")
+    link.core.end_of_stream(link.now)
+    link.release()
+    assert link.kinds == ["opened", "event", "closed"]
 
 
 def test_one_disconnect_per_session() -> None:
@@ -746,7 +849,7 @@ def test_one_disconnect_per_session() -> None:
     first = codec.encode(ErrorEvent("server_full", "too many sessions"))
     assert json.loads(first[0])["parameters"]["info"] == "too many sessions"
     assert codec.encode(ErrorEvent("internal_error", "again")) == ()
-    assert codec.encode(Ended()) == ()
+    assert codec.encode(Ended()) == ()  # neither a second disconnect nor a `closed`
 
 
 def test_an_unauthorized_error_is_a_disconnect_for_that_reason() -> None:
