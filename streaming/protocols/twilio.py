@@ -9,8 +9,9 @@ follow the stream at `/v1/streams/{CallSid}/events` (its stream id is the call's
 
 With both tracks, `inbound` (the caller) is channel 0 and `outbound` (who the call
 reaches, or what Twilio plays) is channel 1, each recognised on its own; one track is a
-mono stream. Audio is placed by its timestamp (twilio_jitter): gaps become silence, and
-duplicate and late chunks are dropped and counted (`duplicates`, `late`).
+mono stream. Audio is placed by its timestamp (twilio_jitter): gaps become silence,
+duplicate and late chunks are dropped and counted (`duplicates`, `late`), and a chunk whose
+timestamp is out of range is placed after its track's audio and counted (`misplaced`).
 
 Setting it up. Twilio's stream URL takes no query string, so the API key rides in a
 `<Parameter>`; `language`, `pace` and the flags `itn`, `partials`, `emotion`, `event`,
@@ -34,11 +35,14 @@ Twilio signed.
 
 Errors. Twilio cannot read a reply, so an error only decides whether the call's
 recognition goes on. Before `start` every error ends the stream: the peer has not shown a
-key, and nothing can be recognised without the call's format. After it, one bad message
+key, and nothing can be recognised without the call's format. So an unkeyed peer may send
+one `connected` and then `start`, nothing else (each message would restart the server's
+idle timer), and no message may be over MAX_MESSAGE_BYTES. After `start`, one bad message
 (bad JSON, an unknown event, bad base64, a bad field, media after `stop`) is dropped and
 counted (`rejected`, and the server's protocol-error metric), and its hole becomes silence:
-one corrupt chunk must not cost the rest of a call, and Twilio may add events. What the
-session core raises (the rate and duration limits) still ends the stream.
+one corrupt chunk must not cost the rest of a call, and Twilio may add events. A
+`connected` after `start` is such a message. An oversized message, and what the session core raises
+(the rate and duration limits), still end the stream.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from enum import Enum
 from streaming.audio import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop
 from streaming.errors import (
+    FrameTooLargeError,
     InvalidAudioError,
     InvalidFieldError,
     MalformedMessageError,
@@ -71,7 +76,8 @@ from streaming.protocols.twilio_messages import (
 )
 from streaming.protocols.twilio_signature import check_handshake
 
-#: A media frame is ~300 bytes of JSON and `start` a few KiB: a hard cap for the library.
+#: A media frame is ~300 bytes of JSON and `start` a few KiB. Checked here: the server's
+#: WebSocket cap is the largest any route needs.
 MAX_MESSAGE_BYTES = 64 * 1024
 EVENTS = ("connected", "start", "media", "dtmf", "mark", "stop")
 #: Errors one message of a started stream may cause without ending it (see above).
@@ -99,6 +105,7 @@ class TwilioCodec:
         self._settings = settings
         self._jitter = jitter or JitterConfig()
         self._phase = Phase.WAITING
+        self._connected = False  # whether `connected` came
         self._tracks: tuple[str, ...] = ()
         self._timeline: Timeline | None = None
         self._forgiven: ProtocolError | None = None  # the error decode just let pass
@@ -117,7 +124,7 @@ class TwilioCodec:
 
     @property
     def stats(self) -> JitterStats:
-        """Placement so far: duplicates, late chunks, silence put in, clock steps."""
+        """Placement so far: duplicates, late and misplaced chunks, silence, clock steps."""
         return self._timeline.stats if self._timeline is not None else JitterStats()
 
     @property
@@ -155,6 +162,11 @@ class TwilioCodec:
     # ---- decoding -----------------------------------------------------------------
 
     def _decode(self, message: Frame) -> Sequence[Command]:
+        size = message_size(message)
+        if size > MAX_MESSAGE_BYTES:
+            raise FrameTooLargeError(
+                f"message over the {MAX_MESSAGE_BYTES} byte limit (at least {size} bytes)"
+            )
         if isinstance(message, bytes):
             raise MalformedMessageError("Twilio Media Streams sends JSON text frames, not binary")
         obj = load_object(message, "Twilio message")
@@ -164,7 +176,7 @@ class TwilioCodec:
         if event not in EVENTS:
             raise UnknownMessageTypeError(f"unknown event {event!r}; expected {', '.join(EVENTS)}")
         if event == "connected":
-            return ()
+            return self._connected_once()
         if event == "start":
             return self._start(section(obj, "start"))
         if self._phase is Phase.WAITING:
@@ -177,6 +189,13 @@ class TwilioCodec:
             self.dtmf += 1
         else:
             self.marks += 1
+        return ()
+
+    def _connected_once(self) -> Sequence[Command]:
+        # Before `start` the peer is unkeyed: a repeat would only keep its socket open.
+        if self._connected or self._phase is not Phase.WAITING:
+            raise StateError("connected may only come once, before start")
+        self._connected = True
         return ()
 
     def _start(self, body: dict[str, object]) -> list[Command]:
@@ -227,6 +246,13 @@ class TwilioCodec:
         if self._timeline is None:
             raise StateError("the stream has not started")
         return self._timeline
+
+
+def message_size(message: Frame) -> int:
+    """A frame's size in bytes, text as UTF-8 (a lower bound when it is over the cap anyway)."""
+    if isinstance(message, bytes) or len(message) > MAX_MESSAGE_BYTES:
+        return len(message)  # text of more characters than the cap is more bytes too
+    return len(message.encode())
 
 
 def make_twilio_codec(handshake: Handshake, settings: CodecSettings) -> Codec:

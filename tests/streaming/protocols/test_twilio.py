@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,9 @@ from streaming.audio import AudioFormat, ulaw_to_linear
 from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
 from streaming.core import SessionCore
 from streaming.errors import (
+    CLOSE_MESSAGE_TOO_BIG,
     CLOSE_POLICY_VIOLATION,
+    FrameTooLargeError,
     InvalidAudioError,
     InvalidFieldError,
     MalformedMessageError,
@@ -32,7 +34,13 @@ from streaming.events import Configured, Ended, ErrorEvent, Final, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import CodecSettings, Handshake
 from streaming.protocols.twilio import MAX_MESSAGE_BYTES, TwilioCodec, make_twilio_codec
-from streaming.protocols.twilio_jitter import MULAW_SILENCE, JitterConfig, Placed, Timeline
+from streaming.protocols.twilio_jitter import (
+    MULAW_SILENCE,
+    JitterConfig,
+    JitterStats,
+    Placed,
+    Timeline,
+)
 from streaming.protocols.twilio_signature import (
     signature_valid,
     twilio_signature,
@@ -118,8 +126,9 @@ def started(tracks: Sequence[str] = ("inbound", "outbound"), **kw: Any) -> Twili
 
 
 def frames(n: int, seed: int = 0) -> bytes:
-    """n frames of distinct non-silent bytes, so misplaced audio shows."""
-    return bytes(random.Random(seed).randrange(0, 0x7F) for _ in range(n * FRAME))
+    """n frames of random non-silent bytes, so misplaced audio shows."""
+    rng = random.Random(seed)  # one generator: a new one per byte would repeat one byte
+    return bytes(rng.randrange(0, 0x7F) for _ in range(n * FRAME))
 
 
 def audio_of(commands: Sequence[Command], channel: int | None = None) -> bytes:
@@ -239,6 +248,14 @@ def test_a_second_start_is_dropped_and_the_stream_goes_on() -> None:
 # ---- messages before start ----------------------------------------------------------
 
 
+def test_a_second_connected_before_start_ends_the_stream() -> None:
+    # Unkeyed until `start`: each message would keep the socket open another idle timeout.
+    c = codec()
+    assert c.decode(connected()) == ()
+    assert c.is_fatal(fails(c, connected(), StateError))
+    assert c.rejected == 0
+
+
 @pytest.mark.parametrize("message", [media(b"\xff" * FRAME), stop(), dtmf(), mark()])
 def test_anything_but_connected_before_start_ends_the_stream(message: str) -> None:
     c = codec()
@@ -353,9 +370,51 @@ def test_dtmf_and_marks_are_counted_and_say_nothing() -> None:
     assert (c.dtmf, c.marks, c.rejected) == (2, 1, 0)
 
 
-def test_connected_may_repeat_harmlessly() -> None:
+def test_connected_after_start_is_dropped_and_counted() -> None:
     c = started()
-    assert c.decode(connected()) == ()
+    assert not c.is_fatal(fails(c, connected(), StateError))
+    assert c.rejected == 1
+    assert audio_of(c.decode(media(frames(1))), 0) == frames(1)
+
+
+def test_a_start_without_connected_is_taken_and_connected_may_not_follow() -> None:
+    c = codec()
+    assert c.decode(start())
+    assert not c.is_fatal(fails(c, connected(), StateError))
+
+
+# ---- message size -----------------------------------------------------------------------
+
+
+def padded_media(size: int) -> str:
+    """A valid media message of exactly `size` bytes of UTF-8, padded with two-byte characters."""
+    body = {"track": "inbound", "timestamp": "0", "payload": base64.b64encode(frames(1)).decode()}
+
+    def dump(pad: str) -> str:
+        message = {"event": "media", "media": {**body, "pad": pad}}
+        return json.dumps(message, ensure_ascii=False)
+
+    room = size - len(dump("").encode())
+    message = dump("é" * (room // 2) + "x" * (room % 2))
+    assert len(message.encode()) == size
+    return message
+
+
+def test_a_message_at_the_size_cap_is_taken() -> None:
+    c = started()
+    assert audio_of(c.decode(padded_media(MAX_MESSAGE_BYTES)), 0) == frames(1)
+
+
+@pytest.mark.parametrize("phase", ["before start", "after start"])
+def test_a_message_over_the_size_cap_ends_the_stream(phase: str) -> None:
+    c = codec() if phase == "before start" else started()
+    # Counted in UTF-8 bytes: fewer characters than the cap, more bytes.
+    text = padded_media(MAX_MESSAGE_BYTES + 1)
+    assert len(text) <= MAX_MESSAGE_BYTES
+    for message in (text, "x" * (MAX_MESSAGE_BYTES + 1), b"\0" * (MAX_MESSAGE_BYTES + 1)):
+        error = fails(c, message, FrameTooLargeError)
+        assert c.is_fatal(error) and c.close_code(error) == CLOSE_MESSAGE_TOO_BIG
+    assert c.rejected == 0
 
 
 # ---- stop -----------------------------------------------------------------------------
@@ -471,18 +530,19 @@ def test_an_overlapping_chunk_loses_only_its_overlap() -> None:
 
 
 def test_a_silent_track_is_filled_as_the_call_goes_on() -> None:
-    # Only the caller's track sends: the other channel still follows the call's clock.
-    t = Timeline(2, JitterConfig(hold_ms=200))
-    data = frames(50)
+    # Only the caller's track sends: the other channel still follows the call's clock,
+    # at most the lag (3 s) behind.
+    t = Timeline(2)
+    data = frames(200)
     out: dict[int, int] = {0: 0, 1: 0}
-    for i in range(50):
+    for i in range(200):
         for p in t.push(0, 20 * i, data[i * FRAME : (i + 1) * FRAME]):
             out[p.track] += len(p.data)
         assert out[0] == (i + 1) * FRAME
-        assert out[1] == max(0, (i + 1) * FRAME - 1600)  # 200 ms behind, never ahead
+        assert out[1] == max(0, (i + 1) * FRAME - 24_000)  # 3 s behind, never ahead
     for p in t.flush():
         out[p.track] += len(p.data)
-    assert out == {0: 50 * FRAME, 1: 50 * FRAME}
+    assert out == {0: 200 * FRAME, 1: 200 * FRAME}
 
 
 def test_a_track_that_starts_late_starts_at_its_place_on_the_clock() -> None:
@@ -492,14 +552,152 @@ def test_a_track_that_starts_late_starts_at_its_place_on_the_clock() -> None:
     assert got == {0: a, 1: SILENCE * 5 * FRAME + b + SILENCE * 4 * FRAME}
 
 
-def test_a_clock_step_inserts_at_most_max_jump_of_silence() -> None:
-    t = Timeline(2, JitterConfig(max_jump_ms=1000))
-    a, b, c = frames(1, 1), frames(1, 2), frames(1, 3)
-    got = play(t, [(0, 0, a), (0, 3_600_000, b), (1, 3_600_020, c)])
-    assert got[0] == a + SILENCE * 8000 + b + SILENCE * FRAME  # both tracks end together
-    # Both tracks moved with the step: the other track's chunk keeps its place.
-    assert got[1] == SILENCE * (8000 + 2 * FRAME) + c
-    assert t.stats.clock_jumps == 1
+def call_chunks(
+    sources: Sequence[bytes],
+    skew: Sequence[int] = (0, 0),
+    lost: Sequence[Collection[int]] = ((), ()),
+) -> list[tuple[int, int, bytes]]:
+    """Both tracks' 20 ms chunks (track, ms, data) in the order they arrive: track t's
+    frame i comes with the other track's frame i + skew[t] (a track running behind)."""
+    arrivals = [
+        (i + skew[track], track, 20 * i, source[i * FRAME : (i + 1) * FRAME])
+        for track, source in enumerate(sources)
+        for i in range(len(source) // FRAME)
+        if i not in lost[track]
+    ]
+    return [(track, ms, data) for _, track, ms, data in sorted(arrivals, key=lambda a: a[:2])]
+
+
+def restamped(
+    chunks: list[tuple[int, int, bytes]], at: int, stamp: int
+) -> list[tuple[int, int, bytes]]:
+    """The chunks with the one at index `at` stamped `stamp` ms instead."""
+    track, _, data = chunks[at]
+    return [*chunks[:at], (track, stamp, data), *chunks[at + 1 :]]
+
+
+def test_one_far_future_timestamp_costs_nothing_else() -> None:
+    # The chunk's own timestamp is wrong; it is placed after its track's audio, where it
+    # belongs, and every later chunk of both tracks keeps its place.
+    sources = [frames(250, 1), frames(250, 2)]
+    for stamp in (10**11, 3_000):  # far off, or only a couple of seconds ahead
+        t = Timeline(2)
+        assert play(t, restamped(call_chunks(sources), 101, stamp)) == dict(enumerate(sources))
+        assert t.stats == JitterStats(misplaced=1)
+
+
+def test_an_extra_far_future_chunk_takes_one_slot_at_most() -> None:
+    sources = [frames(250, 1), frames(250, 2)]
+    chunks = call_chunks(sources)
+    bogus = frames(1, 9)
+    t = Timeline(2)
+    got = play(t, [*chunks[:100], (0, 10**11, bogus), *chunks[100:]])
+    assert got[1] == sources[1]
+    # The slot after the inbound track's audio took the bogus chunk; its own was a duplicate.
+    assert got[0] == sources[0][: 50 * FRAME] + bogus + sources[0][51 * FRAME :]
+    assert t.stats == JitterStats(duplicates=1, misplaced=1)
+
+
+@pytest.mark.parametrize("track", [0, 1])
+def test_a_chunk_stamped_a_little_ahead_opens_no_hole(track: int) -> None:
+    # Within a second of the newest audio its timestamp is taken, but alone it is no reason
+    # to give up the audio before it: the track's own chunks keep coming in order. Track 1
+    # runs 300 ms behind, so its bad chunk is 1.2 s ahead of its own audio.
+    sources = [frames(100, 1), frames(100, 2)]
+    chunks = call_chunks(sources, skew=(0, 15))
+    at = chunks.index((track, 400, sources[track][20 * FRAME : 21 * FRAME]))
+    chunks = restamped(chunks, at, 400 + 300 * track + 900)
+    t = Timeline(2)
+    got = play(t, chunks)
+    assert got[1 - track] == sources[1 - track]
+    moved_to = (1300 + 300 * track) // 20
+    expected = bytearray(sources[track])
+    expected[20 * FRAME : 21 * FRAME] = SILENCE * FRAME  # its own slot was never filled
+    expected[moved_to * FRAME : (moved_to + 1) * FRAME] = sources[track][20 * FRAME : 21 * FRAME]
+    assert got[track] == bytes(expected)
+    assert t.stats == JitterStats(duplicates=1, silence_samples=FRAME)
+
+
+@pytest.mark.parametrize("restart_ms", [0, 3_000])
+def test_a_clock_reset_backwards_drops_nothing(restart_ms: int) -> None:
+    # At 5 s the stream's clock goes back (to 0, or by 2 s): the first chunks on the new
+    # clock are placed after each track's audio, then the clock is rebased and they follow.
+    before = call_chunks([frames(250, 1), frames(250, 2)])
+    after = call_chunks([frames(250, 3), frames(250, 4)])
+    chunks = [*before, *((track, ms + restart_ms, data) for track, ms, data in after)]
+    t = Timeline(2)
+    got = play(t, chunks)
+    assert got == {0: frames(250, 1) + frames(250, 3), 1: frames(250, 2) + frames(250, 4)}
+    assert t.stats == JitterStats(clock_jumps=1, misplaced=2)
+
+
+def test_a_clock_step_forward_inserts_no_silence() -> None:
+    # Twilio's clock never steps, so a step is no gap of the call: both tracks carry on.
+    first, second = (
+        call_chunks([frames(50, 1), frames(50, 2)]),
+        call_chunks([frames(50, 3), frames(50, 4)]),
+    )
+    chunks = [*first, *((track, ms + 3_600_000, data) for track, ms, data in second)]
+    t = Timeline(2)
+    assert play(t, chunks) == {0: frames(50, 1) + frames(50, 3), 1: frames(50, 2) + frames(50, 4)}
+    assert t.stats == JitterStats(clock_jumps=1, misplaced=2)
+
+
+def test_a_mono_stream_that_starts_late_on_the_clock_starts_at_once() -> None:
+    # An outbound-only stream's first chunk may be stamped when the callee answered.
+    chunks = [(0, 12_000 + 20 * i, frames(1, i)) for i in range(10)]
+    t = Timeline(1)
+    assert play(t, chunks) == {0: b"".join(frames(1, i) for i in range(10))}
+    assert t.stats == JitterStats(clock_jumps=1, misplaced=2)
+
+
+def test_a_track_running_behind_keeps_every_chunk() -> None:
+    # The outbound track comes 300 ms (15 frames) behind the inbound one, and loses one
+    # chunk: only that chunk becomes silence, and the track is never filled ahead of it.
+    sources = [frames(500, 1), frames(500, 2)]
+    t = Timeline(2)
+    got = play(t, call_chunks(sources, skew=(0, 15), lost=(set(), {200})))
+    expected = sources[1][: 200 * FRAME] + SILENCE * FRAME + sources[1][201 * FRAME :]
+    assert got == {0: sources[0], 1: expected}
+    assert t.stats == JitterStats(silence_samples=FRAME)
+
+
+def test_a_track_that_stops_is_filled_after_the_lag_and_resumes_in_place() -> None:
+    # The outbound track sends nothing from 2 s to 7 s of a 10 s call.
+    sources = [frames(500, 1), frames(500, 2)]
+    stopped = set(range(100, 350))
+    t = Timeline(2)
+    out = {0: 0, 1: 0}
+    for track, ms, data in call_chunks(sources, lost=(set(), stopped)):
+        for p in t.push(track, ms, data):
+            out[p.track] += len(p.data)
+        # The channels keep together: the silent track is filled 3 s behind, no more.
+        assert out[0] - 24_000 - FRAME <= out[1] <= out[0]
+    placed = t.flush()
+    got = {p.track: p.data for p in placed}
+    assert out[0] + len(got.get(0, b"")) == out[1] + len(got.get(1, b"")) == 500 * FRAME
+    assert t.stats == JitterStats(silence_samples=250 * FRAME)
+
+
+def test_the_silenced_stretch_of_a_stopped_track_is_its_gap_exactly() -> None:
+    sources = [frames(500, 1), frames(500, 2)]
+    stopped = set(range(100, 350))
+    got = play(Timeline(2), call_chunks(sources, lost=(set(), stopped)))
+    gap = slice(100 * FRAME, 350 * FRAME)
+    expected = sources[1][: gap.start] + SILENCE * (gap.stop - gap.start) + sources[1][gap.stop :]
+    assert got == {0: sources[0], 1: expected}
+
+
+def test_the_codec_places_a_call_with_one_bad_timestamp_whole() -> None:
+    c = started()
+    sources = [frames(250, 1), frames(250, 2)]
+    chunks = restamped(call_chunks(sources), 101, 10**11)
+    commands: list[Command] = []
+    for track, ms, data in chunks:
+        commands += c.decode(media(data, ms, ("inbound", "outbound")[track]))
+    commands += c.decode(stop())
+    assert (audio_of(commands, 0), audio_of(commands, 1)) == tuple(sources)
+    assert (c.late, c.duplicates, c.stats.misplaced) == (0, 0, 1)
 
 
 def test_too_many_held_chunks_force_the_oldest_hole_open() -> None:
