@@ -92,7 +92,7 @@ class ServerMetrics:
         """What placing a Twilio stream's chunks by timestamp dropped and filled."""
         self.media_dropped.labels("duplicate").inc(stats.duplicates)
         self.media_dropped.labels("late").inc(stats.late)
-        if stats.duplicates or stats.late or stats.clock_jumps:
+        if stats.duplicates or stats.late or stats.clock_jumps or stats.misplaced:
             log.info("session %s: twilio placement: %s", session_id, stats)
 
     def webhook_event(self, outcome: str) -> None:
