@@ -103,6 +103,21 @@ def pcm16(audio: np.ndarray) -> bytes:
     return bytes((np.clip(audio, -1.0, 32767 / 32768) * 32768).astype("<i2").tobytes())
 
 
+def multichannel_start(
+    stream_id: str, labels: Sequence[str], sample_rate: int = 8000, encoding: str = "mulaw"
+) -> dict[str, Any]:
+    """A v1 `start` for a call recognised channel by channel, named `stream_id`."""
+    return {
+        "type": "start",
+        "sample_rate": sample_rate,
+        "encoding": encoding,
+        "channels": len(labels),
+        "multichannel": True,
+        "channel_labels": list(labels),
+        "stream_id": stream_id,
+    }
+
+
 def split(data: bytes, size: int) -> list[bytes]:
     """`data` in frames of `size` bytes (the last one shorter)."""
     return [data[i : i + size] for i in range(0, len(data), size)]

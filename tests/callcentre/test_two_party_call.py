@@ -29,6 +29,7 @@ from tests.callcentre.subscriber import Followed, follow
 from tests.callcentre.twilio_emulator import TwilioCall, play_call
 from tests.server.conftest import ServerProcess
 from tests.speech import chunks
+from tools.client import multichannel_start
 
 KEY = "callcentre-test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -61,15 +62,7 @@ def run(scenario: Any) -> Any:
 
 async def v1_call(url: str, call: Call, stream_id: str) -> None:
     """The call as one v1 multichannel stream of 100 ms stereo frames at real pace."""
-    start = {
-        "type": "start",
-        "sample_rate": RATE,
-        "encoding": "mulaw",
-        "channels": 2,
-        "multichannel": True,
-        "channel_labels": list(LABELS),
-        "stream_id": stream_id,
-    }
+    start = multichannel_start(stream_id, LABELS, RATE)
     loop = asyncio.get_running_loop()
     async with connect(url, additional_headers=AUTH) as ws:
         await ws.send(json.dumps(start))

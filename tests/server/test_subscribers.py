@@ -21,6 +21,7 @@ from tests.callcentre.subscriber import Followed, follow, follow_url
 from tests.server.conftest import ServerProcess
 from tests.server.test_webhooks import Receiver, receiving
 from tests.speech import chunks
+from tools.client import multichannel_start
 
 KEY = "subscriber-test-key-0123456789"
 SECRET = b"webhook-secret-0123456789"
@@ -58,19 +59,7 @@ def call(tmp_path_factory: pytest.TempPathFactory) -> Call:
 
 
 def start(stream_id: str, **extra: Any) -> str:
-    return json.dumps(
-        extra
-        | {
-            "type": "start",
-            "sample_rate": RATE,
-            "encoding": "mulaw",
-            "channels": 2,
-            "multichannel": True,
-            "channel_labels": list(LABELS),
-            "stream_id": stream_id,
-            "pace": "replay",
-        }
-    )
+    return json.dumps(multichannel_start(stream_id, LABELS, RATE) | {"pace": "replay"} | extra)
 
 
 async def read_all(ws: ClientConnection) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,11 +67,17 @@ def stream_log(outcome: Outcome, failure: ClientError | None) -> StreamLog:
     )
 
 
-async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: float) -> StreamLog:
-    """One live client: connect, start, stream, stop, wait for every owed final and `end`."""
-    await asyncio.sleep(plan.start_delay_s)  # the ramp: clients join one after another
+async def live_session(
+    endpoint: Endpoint,
+    start: Mapping[str, Any],
+    frames: Sequence[bytes],
+    start_delay_s: float,
+    drain_timeout_s: float,
+) -> tuple[Outcome, ClientError | None]:
+    """One live client: connect, start, stream at real time, stop, read until `end`."""
+    await asyncio.sleep(start_delay_s)  # the ramp: clients join one after another
     options = SessionOptions(
-        start=START,
+        start=start,
         frame_s=FRAME_MS / 1000,
         speed=1.0,
         headers=endpoint.headers,
@@ -81,10 +87,18 @@ async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: floa
     )
     outcome = Outcome()
     try:
-        await converse(endpoint.ws_url, plan.frames, options, outcome)
+        await converse(endpoint.ws_url, frames, options, outcome)
     except ClientError as exc:
-        return stream_log(outcome, exc)
-    return stream_log(outcome, None)
+        return outcome, exc
+    return outcome, None
+
+
+async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: float) -> StreamLog:
+    """One live client of the plan, and what it saw."""
+    outcome, error = await live_session(
+        endpoint, START, plan.frames, plan.start_delay_s, drain_timeout_s
+    )
+    return stream_log(outcome, error)
 
 
 async def drive(

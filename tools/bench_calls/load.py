@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tools.bench.config import BenchConfig
-from tools.bench.corpus import FRAME_MS
-from tools.bench.load import LoadOutcome, stream_log, usable
+from tools.bench.load import LoadOutcome, live_session, stream_log, usable
 from tools.bench.plan import Utterance
 from tools.bench.scrape import Endpoint, is_idle, snapshot
 from tools.bench_calls.audio import RATE
 from tools.bench_calls.calls import LABELS, Call
-from tools.client import ClientError, Outcome, SessionOptions, converse
+from tools.client import ClientError, Outcome, multichannel_start
 from tools.stats import StatsSampler
 
 OPEN_TIMEOUT_S = 60.0  # a loaded server takes a while to answer a handshake
@@ -37,15 +36,7 @@ class Client:
 
 
 def stereo_start(index: int) -> dict[str, Any]:
-    return {
-        "type": "start",
-        "sample_rate": RATE,
-        "encoding": "mulaw",
-        "channels": 2,
-        "multichannel": True,
-        "channel_labels": list(LABELS),
-        "stream_id": f"call-{index}",
-    }
+    return multichannel_start(f"call-{index}", LABELS, RATE)
 
 
 def mono_start(index: int, channel: int) -> dict[str, Any]:
@@ -101,22 +92,10 @@ class Seen:
 
 async def run_client(endpoint: Endpoint, client: Client, drain_timeout_s: float) -> Seen:
     """Connect, start, stream at real time, stop, and read until `end` (or a failure)."""
-    await asyncio.sleep(client.start_delay_s)
-    options = SessionOptions(
-        start=client.start,
-        frame_s=FRAME_MS / 1000,
-        speed=1.0,
-        headers=endpoint.headers,
-        open_timeout_s=OPEN_TIMEOUT_S,
-        drain_timeout_s=drain_timeout_s,
-        keepalive=False,
+    outcome, error = await live_session(
+        endpoint, client.start, client.frames, client.start_delay_s, drain_timeout_s
     )
-    outcome = Outcome()
-    try:
-        await converse(endpoint.ws_url, client.frames, options, outcome)
-    except ClientError as exc:
-        return Seen(outcome, exc)
-    return Seen(outcome, None)
+    return Seen(outcome, error)
 
 
 async def drive(
