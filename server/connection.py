@@ -268,19 +268,24 @@ class Connection:
         """Hand the session's new requests to the engine and its events to the outbox."""
         if self._dropping is not None:
             return  # the session is being dropped: nothing more is decoded or queued
-        self._open_engine_sessions()
-        for request in self.session.requests_to_submit():
-            self.engine.submit(request)
+        self._submit_requests()
         try:
+            # A refused publication aborts the session, which may add events and requests.
             while events := self.session.events_to_send():
                 for event in events:
                     if not self.ws.closed:  # a client gone after `stop` reads nothing more
                         self._outbox.put(event)
                     self._publish(event)
+                self._submit_requests()
         except OutboxOverflowError as exc:
             self._stats.protocol_error(exc.code)
             log.warning("session %s: %s", self.session.session_id, exc)
             self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
+
+    def _submit_requests(self) -> None:
+        self._open_engine_sessions()
+        for request in self.session.requests_to_submit():
+            self.engine.submit(request)
 
     def _publish(self, event: SessionEvent) -> None:
         """Followers get every event the client gets; a taken stream id ends the session."""
