@@ -426,7 +426,7 @@ class App:
                 await port.send(frame)
             await port.close(over.close_code, "try again later")
             return
-        await self._run_session(port, codec, route.protocol)
+        await self._run_session(port, codec, route)
 
     def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> Codec | Response:
         """The connection's codec, or the HTTP answer that refuses its upgrade."""
@@ -474,7 +474,7 @@ class App:
             raise RuntimeError("no session before the engine is ready")
         return session_config(self.config, self.report)
 
-    async def _run_session(self, port: SocketPort, codec: Codec, protocol: str) -> None:
+    async def _run_session(self, port: SocketPort, codec: Codec, route: WebSocketRoute) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]
@@ -487,7 +487,10 @@ class App:
             self.metrics,
             max_pending_events=self.config.limits.max_pending_events,
             idle_timeout_s=self.config.limits.idle_timeout_s,
-            publisher=Publisher(self.streams, session_id, protocol, time.time(), self.webhooks),
+            publisher=Publisher(
+                self.streams, session_id, route.protocol, time.time(), self.webhooks
+            ),
+            start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
         )
         peer = port.peer
         self.sessions[session_id] = conn
@@ -558,6 +561,9 @@ class App:
             return ServerFullError(f"this address already has {limit} sessions open")
         return None
 
+
+#: How soon a protocol that carries its key in its first message (Twilio) must send it.
+START_DEADLINE_S = 10.0
 
 #: The longest a follower's handshake waits for its stream to start.
 FOLLOW_WAIT_CAP_S = 30.0

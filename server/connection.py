@@ -30,7 +30,7 @@ from streaming.errors import (
     ProtocolError,
     SessionLimitError,
 )
-from streaming.events import Ended, ErrorEvent, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
 from streaming.protocols.base import Codec
 
 log = logging.getLogger("sensestream.connection")
@@ -66,6 +66,7 @@ class Connection:
         max_pending_events: int = 256,
         idle_timeout_s: float = 30.0,
         publisher: Publisher | None = None,
+        start_deadline_s: float | None = None,
     ) -> None:
         self.ws = ws
         self.codec = codec
@@ -80,6 +81,11 @@ class Connection:
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._publisher = publisher
+        # A protocol whose key rides in its first message (Twilio's `start`) must send it
+        # soon: an unkeyed peer may not hold a session slot by trickling other messages.
+        self._start_deadline_s = start_deadline_s
+        self._start_timer: asyncio.TimerHandle | None = None
+        self._configured = False
         self._ended = asyncio.Event()  # `Ended` was queued: followers have had the whole stream
         self._settled = asyncio.Event()  # nothing more will be published: ended or dropped
         self._lost: ErrorEvent = ErrorEvent(
@@ -102,6 +108,8 @@ class Connection:
         write = asyncio.create_task(self._write(), name="write")
         self._tasks = [read, asyncio.create_task(self._results(), name="results"), write]
         self._step(partial(self._feed, self.codec.opening()))  # e.g. a session.created
+        if self._start_deadline_s is not None and not self._configured:
+            self._start_timer = self._loop.call_later(self._start_deadline_s, self._no_start)
         try:
             # The writer ends after `end`; the reader ends early if the client goes away.
             await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
@@ -113,6 +121,8 @@ class Connection:
                 await self._dropping
         finally:
             self._finishing = True
+            if self._start_timer is not None:
+                self._start_timer.cancel()
             for task in self._tasks:
                 task.cancel()
             # Released before the await: a second cancellation there must not leave the
@@ -287,8 +297,15 @@ class Connection:
         for request in self.session.requests_to_submit():
             self.engine.submit(request)
 
+    def _no_start(self) -> None:
+        if not self._configured:
+            limit = f"no start within {self._start_deadline_s:g} s of connecting"
+            self._step(partial(self._fail, SessionLimitError(limit)))
+
     def _publish(self, event: SessionEvent) -> None:
         """Followers get every event the client gets; a taken stream id ends the session."""
+        if isinstance(event, Configured):
+            self._configured = True
         if isinstance(event, Ended):
             self._ended.set()
             self._settled.set()

@@ -248,6 +248,8 @@ class AudioHookCodec:
         return tuple(Audio(data[i : i + second]) for i in range(0, len(data), second))
 
     def _update(self, msg: ClientMessage) -> Sequence[Command]:
+        if msg.parameters.get("language") is None:
+            return ()  # the field is optional: an update of something this server keeps none of
         tag = language_field(msg.parameters.get("language"), "update: ")
         self._language = tag
         configure = self._configure

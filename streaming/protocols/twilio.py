@@ -210,7 +210,11 @@ class TwilioCodec:
         channels = len(info.tracks)
         labels = info.tracks if channels > 1 else ()
         command = Configure(
-            AudioFormat("mulaw", RATE, channels), info.options, labels, info.call_sid
+            AudioFormat("mulaw", RATE, channels),
+            info.options,
+            labels,
+            info.call_sid,
+            info.webhook_url,
         )
         self.call, self._tracks = info, info.tracks
         self._timeline = Timeline(channels, self._jitter)

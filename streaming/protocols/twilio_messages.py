@@ -24,6 +24,8 @@ ENCODING = "audio/x-mulaw"
 RATE = 8000
 #: The customParameters entry that carries a SenseStream API key.
 KEY_PARAMETER = "api_key"
+#: The customParameters entry that names the stream's webhook (the server allows it or not).
+WEBHOOK_PARAMETER = "webhook_url"
 #: customParameters that set stream options: TwiML `<Parameter>` values are strings.
 FLAG_PARAMETERS = ("itn", "partials", "emotion", "event", "timestamps")
 TEXT_PARAMETERS = ("language", "pace")
@@ -40,6 +42,7 @@ class StartInfo:
     account_sid: str | None
     tracks: tuple[str, ...]  # in channel order
     options: StreamOptions
+    webhook_url: str | None = None  # customParameters.webhook_url: where finals are POSTed
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +83,14 @@ def parse_start(body: Mapping[str, Any]) -> StartInfo:
     call_sid = body.get("callSid")
     if not isinstance(call_sid, str) or not STREAM_ID.fullmatch(call_sid):
         raise InvalidFieldError("start.callSid must be a call SID (letters and digits)")
+    params = custom_parameters(body)
     return StartInfo(
         call_sid,
         _optional_text(body, "streamSid"),
         _optional_text(body, "accountSid"),
         parse_tracks(body.get("tracks")),
-        stream_options(custom_parameters(body)),
+        stream_options(params),
+        params.get(WEBHOOK_PARAMETER),
     )
 
 

@@ -14,9 +14,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+import server.app
 from server.app import App
 from tests.callcentre.twilio_emulator import (
     Played,
@@ -144,3 +146,22 @@ def test_duplicate_and_late_chunks_are_dropped_and_counted(tiny_model_dir: Path)
             )
 
     assert asyncio.run(scenario()) == (1.0, 1.0)
+
+
+def test_a_peer_that_never_sends_start_is_closed_at_the_start_deadline(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An unkeyed peer may not hold a session slot: its `start` (and key) must come soon.
+    monkeypatch.setattr(server.app, "START_DEADLINE_S", 0.5)
+
+    async def scenario() -> tuple[int | None, float, int]:
+        async with serving(tiny_model_dir, api_keys=KEY) as (app, url):
+            loop = asyncio.get_running_loop()
+            async with connect(url.removesuffix("/ws") + "/twilio") as ws:
+                await ws.send(json.dumps(connected_message()))
+                opened = loop.time()
+                await asyncio.wait_for(ws.wait_closed(), TIMEOUT_S)
+                return ws.close_code, loop.time() - opened, len(app.sessions)
+
+    code, waited, left = asyncio.run(scenario())
+    assert code == 1008 and waited < 5.0 and left == 0

@@ -174,6 +174,16 @@ def test_custom_parameters_set_options_and_others_are_ignored() -> None:
     assert command.options == StreamOptions(language="en", itn=False, partials=False, pace="replay")
 
 
+def test_a_webhook_parameter_names_the_streams_webhook() -> None:
+    params = {"api_key": KEY, "webhook_url": "https://hooks.example.com/calls/"}
+    (command,) = codec().decode(start(params=params))
+    assert isinstance(command, Configure)
+    assert command.webhook_url == "https://hooks.example.com/calls/"
+    # Whether the server sends there is the server's call; a non-URL is refused here.
+    bad = {"api_key": KEY, "webhook_url": "file:///etc/passwd"}
+    assert codec().is_fatal(fails(codec(), start(params=bad), InvalidFieldError))
+
+
 @pytest.mark.parametrize(
     "params",
     [{"language": "klingon"}, {"pace": "fast"}, {"itn": "maybe"}, {"timestamps": ""}],
