@@ -158,6 +158,8 @@ class ChannelGroup:
             stream_id=command.stream_id,
             webhook_url=command.webhook_url,
         )
+        for session in self.channels:  # all or none: no channel may be left half changed
+            session.check_configure(mono)
         for session in self.channels:
             session.handle(mono, now)
         if self._splitter is None:

@@ -264,26 +264,29 @@ class Session:
 
     # ---- commands -----------------------------------------------------------------
 
-    def _configure(self, command: Configure) -> None:
+    def check_configure(self, command: Configure) -> None:
+        """Raise the StateError `command` would meet, changing nothing (a channel group
+        checks every channel before it applies a command to any)."""
         if command.multichannel:
             raise StateError("the channel layout is fixed once the stream has started")
-        self._name_stream(command)
-        if self._decoder is not None and self._decoder.samples_in > 0:
-            # Format and turn detection shape the audio already buffered; options do not.
-            if command.audio != self._audio or command.options.turns != self._options.turns:
-                raise StateError("the audio format and turn detection are fixed once audio flows")
-        else:
-            self._start_stream(command)
-        self._announce(command)
-
-    def _name_stream(self, command: Configure) -> None:
-        """The stream id and webhook come with the first Configure and never change."""
         renamed = command.stream_id is not None and command.stream_id != self._stream_id
         rehooked = command.webhook_url is not None and command.webhook_url != self._webhook_url
         if (renamed or rehooked) and self._audio is not None:
             raise StateError("the stream id and webhook are fixed once the stream has started")
+        # Format and turn detection shape the audio already buffered; options do not.
+        flowing = self._decoder is not None and self._decoder.samples_in > 0
+        changed = command.audio != self._audio or command.options.turns != self._options.turns
+        if flowing and changed:
+            raise StateError("the audio format and turn detection are fixed once audio flows")
+
+    def _configure(self, command: Configure) -> None:
+        self.check_configure(command)
+        # The stream id and webhook come with the first Configure and never change.
         self._stream_id = command.stream_id or self._stream_id
         self._webhook_url = command.webhook_url or self._webhook_url
+        if self._decoder is None or self._decoder.samples_in == 0:
+            self._start_stream(command)
+        self._announce(command)
 
     def _announce(self, command: Configure) -> None:
         self._options = command.options

@@ -152,3 +152,15 @@ def test_configure_checks_labels_and_stream_ids() -> None:
         with pytest.raises(InvalidFieldError):
             Configure(stream_id=bad)
     assert Configure(stream_id="CA0123:4.5-6_7").stream_id == "CA0123:4.5-6_7"
+
+
+def test_a_configure_that_one_channel_refuses_changes_no_channel() -> None:
+    g = group()
+    fmt = AudioFormat(channels=2)
+    g.handle(Configure(fmt, channel_labels=LABELS), 0.0)
+    g.handle(Audio(to_s16le(RIGHT[:1600]), channel=1), 0.0)  # only the customer has spoken
+    other = AudioFormat("mulaw", 8000, 2)
+    with pytest.raises(StateError):
+        g.handle(Configure(other, channel_labels=LABELS), 0.1)
+    # The agent's channel, which had no audio yet, kept the stream's format too.
+    assert [s._audio for s in g.channels] == [AudioFormat(), AudioFormat()]
