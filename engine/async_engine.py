@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from engine.client import EngineSnapshot
 from engine.device_metrics import DeviceMetrics
 from engine.dispatch import DeviceLoad, by_least_loaded
 from engine.errors import AudioError, BackendOutOfMemoryError, EngineError
 from engine.metrics import EngineMetrics
 from engine.recognizer import Recognizer, Utterance
 from engine.scheduler import Batch, Scheduler
-from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult
+from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,29 @@ class AsyncEngine:
             }
             for w in self._workers
         ]
+
+    def snapshot(self) -> EngineSnapshot:
+        """The counters /stats reports; the queue gauge is brought up to date on the way."""
+        sched = self.scheduler
+        st = sched.stats
+        self.metrics.queued.set(sched.queued)
+        return EngineSnapshot(
+            queued=sched.queued,
+            partials_dropped=st.partials_dropped,
+            batches=st.batches,
+            max_batch=sched.config.max_batch,
+            mean_padding_efficiency=round(st.padding_efficiency_sum / max(st.batches, 1), 3),
+            oom_splits=st.oom_splits,
+            # Every kind, zero included, so a dashboard's series exist from the start.
+            audio_s_by_kind={
+                kind.value: round(st.samples_by_kind.get(kind.value, 0) / SAMPLE_RATE, 1)
+                for kind in sorted(RequestKind, key=lambda k: k.value)
+            },
+            budget_bytes=sum(b.total for b in sched.budgets),
+            in_use_bytes=sum(b.in_use for b in sched.budgets),
+            devices=tuple(self.device_stats()),
+            healthy=self.healthy,
+        )
 
     # ---- sessions -----------------------------------------------------------------
 

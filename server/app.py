@@ -20,10 +20,10 @@ from starlette.websockets import WebSocket
 
 from engine.async_engine import AsyncEngine
 from engine.builder import EngineReport, build_engine_parts
+from engine.client import EngineClient
 from engine.devices import device_index
 from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, cuda_uuids, load_nvml
-from engine.types import SAMPLE_RATE, RequestKind
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ListenConfig, ServerConfig
 from server.connection import Connection
@@ -131,7 +131,7 @@ class App:
         self.registry = CollectorRegistry()
         self.metrics = ServerMetrics(self.registry)
         self.monitor = Monitor(self.registry, load_nvml())
-        self.engine: AsyncEngine | None = None
+        self.engine: EngineClient | None = None
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
         self.sessions: dict[str, Connection] = {}
@@ -364,7 +364,7 @@ class App:
     def _metrics(self) -> Response:
         self.monitor.snapshot(self._gpu_indices())
         if self.engine is not None:
-            self.engine.metrics.queued.set(self.engine.scheduler.queued)
+            self.engine.snapshot()  # brings the engine's queue gauge up to date
         return response(200, generate_latest(self.registry), "text/plain; version=0.0.4")
 
     def stats(self) -> dict[str, Any]:
@@ -381,26 +381,7 @@ class App:
             "process": self.monitor.snapshot(self._gpu_indices()),
         }
         if engine is not None:
-            sched = engine.scheduler
-            st = sched.stats
-            out["queue"] = {"depth": sched.queued, "partials_dropped": st.partials_dropped}
-            out["batches"] = {
-                "count": st.batches,
-                "max_batch": sched.config.max_batch,
-                "mean_padding_efficiency": round(st.padding_efficiency_sum / max(st.batches, 1), 3),
-                "oom_splits": st.oom_splits,
-                # Every kind, zero included, so a dashboard's series exist from the start.
-                "audio_s_by_kind": {
-                    kind.value: round(st.samples_by_kind.get(kind.value, 0) / SAMPLE_RATE, 1)
-                    for kind in sorted(RequestKind, key=lambda k: k.value)
-                },
-            }
-            out["memory"] = {
-                "budget_bytes": sum(b.total for b in sched.budgets),
-                "in_use_bytes": sum(b.in_use for b in sched.budgets),
-            }
-            out["devices"] = engine.device_stats()
-            out["healthy"] = engine.healthy
+            out |= engine.snapshot().to_stats()
         return out
 
     def _gpu_indices(self) -> list[int]:

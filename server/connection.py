@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from engine.async_engine import AsyncEngine
+from engine.client import EngineClient
 from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
 from server.socket_port import ClientGone, SocketPort
@@ -60,7 +60,7 @@ class Connection:
         ws: SocketPort,
         codec: Codec,
         session: StreamSession,
-        engine: AsyncEngine,
+        engine: EngineClient,
         stats: ConnectionStats,
         *,
         max_pending_events: int = 256,

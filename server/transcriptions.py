@@ -19,7 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from engine.async_engine import AsyncEngine
+from engine.client import EngineClient
 from engine.types import SAMPLE_RATE, InferenceResult
 from streaming.audio import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
@@ -85,7 +85,7 @@ class FileJob:
     """One upload's session: a feeder task and a results task share it under a lock."""
 
     def __init__(
-        self, engine: AsyncEngine, vad: VadModel, config: SessionConfig, audio: FileAudio
+        self, engine: EngineClient, vad: VadModel, config: SessionConfig, audio: FileAudio
     ) -> None:
         self.engine = engine
         self.audio = audio
