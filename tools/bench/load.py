@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import resource
 import time
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from tools.bench.config import BenchConfig
 from tools.bench.corpus import FRAME_MS
@@ -21,6 +21,8 @@ OPEN_TIMEOUT_S = 60.0  # a loaded server takes a while to answer a handshake
 
 # (utt_id, start_ms, end_ms, arrival, decided_ms or None from an older server)
 FinalSeen = tuple[int, float, float, float, float | None]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +103,13 @@ async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: floa
     return stream_log(outcome, error)
 
 
-async def drive(
-    endpoint: Endpoint, plans: Sequence[StreamPlan], config: BenchConfig
-) -> LoadOutcome:
-    """Wait for the server to be idle, then run every client while sampling /stats."""
+async def measured(
+    endpoint: Endpoint, config: BenchConfig, clients: Callable[[], Awaitable[list[T]]]
+) -> tuple[list[T], LoadOutcome]:
+    """Wait for the server to be idle, then run `clients()` while sampling /stats.
+
+    The outcome's logs are left empty for the caller, which knows its clients' results.
+    """
     headers = endpoint.headers
     async with StatsSampler(endpoint.http_url, headers, config.stats_interval_s) as sampler:
         # Let the previous run's sessions and queue drain before this one starts.
@@ -112,21 +117,32 @@ async def drive(
         before = await asyncio.to_thread(snapshot, endpoint)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         started = time.monotonic()
-        logs = await asyncio.gather(
-            *(run_stream(endpoint, p, config.drain_timeout_s) for p in plans)
-        )
+        results = await clients()
         wall = time.monotonic() - started
         done = resource.getrusage(resource.RUSAGE_SELF)
         during = sampler.since(started)
     cpu = (done.ru_utime + done.ru_stime) - (usage.ru_utime + usage.ru_stime)
-    return LoadOutcome(tuple(logs), wall, cpu, before, usable(during))
+    return results, LoadOutcome((), wall, cpu, before, usable(during))
+
+
+async def drive(
+    endpoint: Endpoint, plans: Sequence[StreamPlan], config: BenchConfig
+) -> LoadOutcome:
+    """Every planned client against an idle server, with /stats sampled throughout."""
+
+    async def clients() -> list[StreamLog]:
+        runs = (run_stream(endpoint, p, config.drain_timeout_s) for p in plans)
+        return list(await asyncio.gather(*runs))
+
+    logs, outcome = await measured(endpoint, config, clients)
+    return replace(outcome, logs=tuple(logs))
 
 
 def usable(readings: Sequence[Reading]) -> tuple[Stats, ...]:
     return tuple(r.stats for r in readings if r.stats is not None)
 
 
-def run_loop(coro: Coroutine[Any, Any, LoadOutcome]) -> tuple[LoadOutcome, str]:
+def run_loop(coro: Coroutine[Any, Any, T]) -> tuple[T, str]:
     """Run on uvloop when it is installed, else asyncio's default loop."""
     try:
         import uvloop

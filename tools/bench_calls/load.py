@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import resource
-import time
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from tools.bench.config import BenchConfig
-from tools.bench.load import LoadOutcome, live_session, stream_log, usable
+from tools.bench.load import LoadOutcome, live_session, measured, stream_log
 from tools.bench.plan import Utterance
-from tools.bench.scrape import Endpoint, is_idle, snapshot
+from tools.bench.scrape import Endpoint
 from tools.bench_calls.audio import RATE
 from tools.bench_calls.calls import LABELS, Call
 from tools.client import ClientError, Outcome, multichannel_start
-from tools.stats import StatsSampler
 
 OPEN_TIMEOUT_S = 60.0  # a loaded server takes a while to answer a handshake
 STEREO, MONO = "stereo", "mono"
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,28 +97,12 @@ async def run_client(endpoint: Endpoint, client: Client, drain_timeout_s: float)
 async def drive(
     endpoint: Endpoint, clients: Sequence[Client], config: BenchConfig
 ) -> tuple[LoadOutcome, tuple[Seen, ...]]:
-    """Wait for the server to be idle, then run every client while sampling /stats."""
-    async with StatsSampler(endpoint.http_url, endpoint.headers, config.stats_interval_s) as s:
-        # Let the previous run's sessions and queue drain before this one starts.
-        await s.until(lambda r: is_idle(r[-1].stats) if r else False, config.settle_timeout_s)
-        before = await asyncio.to_thread(snapshot, endpoint)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        started = time.monotonic()
-        seen = await asyncio.gather(
-            *(run_client(endpoint, c, config.drain_timeout_s) for c in clients)
-        )
-        wall = time.monotonic() - started
-        done = resource.getrusage(resource.RUSAGE_SELF)
-        during = s.since(started)
-    cpu = (done.ru_utime + done.ru_stime) - (usage.ru_utime + usage.ru_stime)
+    """Every client against an idle server, with /stats sampled throughout."""
+
+    async def run_all() -> list[Seen]:
+        runs = (run_client(endpoint, c, config.drain_timeout_s) for c in clients)
+        return list(await asyncio.gather(*runs))
+
+    seen, outcome = await measured(endpoint, config, run_all)
     logs = tuple(stream_log(x.outcome, x.failure) for x in seen)
-    return LoadOutcome(logs, wall, cpu, before, usable(during)), tuple(seen)
-
-
-def run_on_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop when it is installed (as tools.bench does), else asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+    return replace(outcome, logs=logs), tuple(seen)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tools.bench.config import BenchConfig
 from tools.bench.latency import Samples
+from tools.bench.load import run_loop
 from tools.bench.scrape import Endpoint, snapshot
 from tools.bench.server_load import server_load
 from tools.bench_calls.calls import Call, build_calls, overlap_ms, speech_share
@@ -19,7 +20,6 @@ from tools.bench_calls.load import (
     Client,
     drive,
     mono_clients,
-    run_on_loop,
     stereo_clients,
 )
 from tools.bench_calls.measure import ArmRun, analyse
@@ -44,7 +44,7 @@ def run_arm(
 ) -> tuple[ArmRun, Samples]:
     """One arm's clients live against the server, analysed."""
     clients = clients_for(arm, calls, config)
-    outcome, seen = run_on_loop(drive(endpoint, clients, config))
+    (outcome, seen), _ = run_loop(drive(endpoint, clients, config))
     load = server_load(outcome.before, snapshot(endpoint), outcome.stats_samples)
     run, samples = analyse(
         clients,
