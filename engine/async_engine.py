@@ -313,7 +313,7 @@ class AsyncEngine:
         ready: list[tuple[InferenceRequest, Utterance]] = []
         for request, prepared in zip(batch.requests, self._prepare(recognizer, batch), strict=True):
             if isinstance(prepared, AudioError):
-                results.append(InferenceResult(request, None, prepared.code, str(prepared)))
+                results.append(InferenceResult(request.ref, None, prepared.code, str(prepared)))
             else:
                 ready.append((request, prepared))
         if not ready:
@@ -324,10 +324,8 @@ class AsyncEngine:
             return _OutOfMemory(str(exc))
         except Exception as exc:  # noqa: BLE001 - a backend fault fails this batch only
             return _failed([r for r, _ in ready], exc, results)
-        return _Done(
-            results + [InferenceResult(r, t) for (r, _), t in zip(ready, transcripts, strict=True)],
-            failed=False,
-        )
+        answers = [InferenceResult(r.ref, t) for (r, _), t in zip(ready, transcripts, strict=True)]
+        return _Done(results + answers, failed=False)
 
     def _prepare(self, recognizer: Recognizer, batch: Batch) -> list[Utterance | AudioError]:
         one = partial(_prepare_one, recognizer)
@@ -346,13 +344,13 @@ class AsyncEngine:
 
     def _deliver(self, result: InferenceResult) -> None:
         outcome = "ok" if result.ok else "error"
-        self.metrics.requests.labels(result.request.kind.value, outcome).inc()
-        channel = self._channels.get(result.request.session_id)
+        self.metrics.requests.labels(result.ref.kind.value, outcome).inc()
+        channel = self._channels.get(result.ref.session_id)
         if channel is not None:  # a cancelled session's results are dropped
             channel.put_nowait(result)
 
     def _deliver_error(self, request: InferenceRequest, code: str, message: str) -> None:
-        self._deliver(InferenceResult(request, None, code, message))
+        self._deliver(InferenceResult(request.ref, None, code, message))
 
     def _count_dropped(self, dropped: Sequence[InferenceRequest]) -> None:
         for request in dropped:
@@ -372,4 +370,4 @@ def _failed(
 ) -> _Done:
     code = exc.code if isinstance(exc, EngineError) else "backend_error"
     message = f"{type(exc).__name__}: {exc}"
-    return _Done(earlier + [InferenceResult(r, None, code, message) for r in requests], True)
+    return _Done(earlier + [InferenceResult(r.ref, None, code, message) for r in requests], True)

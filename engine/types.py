@@ -115,12 +115,36 @@ class InferenceRequest:
     def num_samples(self) -> int:
         return int(self.audio.shape[0])
 
+    @property
+    def ref(self) -> RequestRef:
+        return RequestRef(
+            self.session_id,
+            self.request_id,
+            self.utterance_id,
+            self.kind,
+            self.start_sample,
+            self.num_samples,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRef:
+    """Which request a result answers, and where its audio lay, without the audio itself:
+    what travels back from an engine in another process is this, not the request."""
+
+    session_id: str
+    request_id: int
+    utterance_id: int
+    kind: RequestKind
+    start_sample: int
+    num_samples: int
+
 
 @dataclass(frozen=True, slots=True)
 class InferenceResult:
     """The engine's answer to one request: a transcript, or a typed error code and message."""
 
-    request: InferenceRequest
+    ref: RequestRef
     transcript: Transcript | None = None
     error_code: str | None = None
     error_message: str | None = None

@@ -105,7 +105,7 @@ class ChannelGroup:
                 session.handle(Audio(data), now)
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
-        channel = self._by_id.get(result.request.session_id)
+        channel = self._by_id.get(result.ref.session_id)
         if channel is not None:
             self.channels[channel].receive_result(result, now)
             self._collect()

@@ -19,6 +19,7 @@ from engine.types import (
     InferenceRequest,
     InferenceResult,
     RequestKind,
+    RequestRef,
     Transcript,
 )
 from streaming.audio import AudioDecoder, AudioFormat
@@ -88,7 +89,7 @@ class SessionConfig:
         return total_ms * SAMPLE_RATE // 1000
 
 
-def _same(request: InferenceRequest, other: InferenceRequest | None) -> bool:
+def _same(request: RequestRef, other: InferenceRequest | None) -> bool:
     """The same request, whether or not the answer carries the very object we sent."""
     return other is not None and request.request_id == other.request_id
 
@@ -178,7 +179,7 @@ class Session:
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
         """Take the engine's answer for one of this session's requests."""
-        req = result.request
+        req = result.ref
         utt = self._utts.get(req.utterance_id)
         if utt is None:
             return  # its final has gone out (or it was cleared): nothing to add
@@ -398,7 +399,7 @@ class Session:
             self._owed[seg.utt_id] = self._final_event(
                 seg.utt_id,
                 seg.start,
-                request,
+                request.ref,
                 empty_transcript(self._options.itn),
                 end=seg.end,
             )
@@ -484,7 +485,7 @@ class Session:
             request_id=self._request_ids,
         )
 
-    def _emit_partial(self, req: InferenceRequest, utt: _Utterance, t: Transcript) -> None:
+    def _emit_partial(self, req: RequestRef, utt: _Utterance, t: Transcript) -> None:
         end = req.start_sample + req.num_samples
         if end <= utt.partial_end:
             return  # an early decode answered after a longer partial: keep the newer text
@@ -506,7 +507,7 @@ class Session:
         self,
         utt_id: int,
         start: int,
-        req: InferenceRequest,
+        req: RequestRef,
         transcript: Transcript,
         end: int | None = None,
     ) -> Final:

@@ -86,7 +86,7 @@ def partial_requests(policy: PartialPolicy, seconds: float) -> list[InferenceReq
         session.handle(Audio(frame), now=i / 10)
         for request in session.requests_to_submit():
             requests.append(request)
-            session.receive_result(InferenceResult(request, words(request)), now=i / 10)
+            session.receive_result(InferenceResult(request.ref, words(request)), now=i / 10)
     return [r for r in requests if r.kind is RequestKind.PARTIAL]
 
 

@@ -43,7 +43,7 @@ async def offered_load(
     async def collect() -> None:
         while True:
             result = await channel.get()
-            latencies.append(loop.time() - sent[result.request.utterance_id])
+            latencies.append(loop.time() - sent[result.ref.utterance_id])
 
     collector = asyncio.create_task(collect())
     audio_s = 0.0

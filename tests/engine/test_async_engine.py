@@ -51,19 +51,21 @@ def direct(recognizer: Recognizer, audio: np.ndarray, options: DecodeOptions) ->
 
 async def one_session(
     engine: AsyncEngine, sid: str, audio: np.ndarray, rng: random.Random
-) -> list[InferenceResult]:
+) -> tuple[list[InferenceResult], InferenceRequest]:
     channel = engine.open_session(sid)
     options = DecodeOptions(language=rng.choice(["auto", "en", "zh"]), itn=rng.random() < 0.5)
     await asyncio.sleep(rng.random() * 0.05)
     cut = len(audio) // 2
     engine.submit(InferenceRequest(sid, 0, RequestKind.PARTIAL, audio[:cut], options, now()))
-    engine.submit(InferenceRequest(sid, 0, RequestKind.FINAL, audio, options, now()))
+    final = InferenceRequest(sid, 0, RequestKind.FINAL, audio, options, now(), request_id=1)
+    engine.submit(final)
     results = []
     while True:
         result = await asyncio.wait_for(channel.get(), 60)
         results.append(result)
-        if result.request.kind is RequestKind.FINAL:
-            return results
+        if result.ref.kind is RequestKind.FINAL:
+            assert result.ref == final.ref
+            return results, final
 
 
 def now() -> float:
@@ -73,7 +75,7 @@ def now() -> float:
 def test_fifty_concurrent_sessions_get_their_own_direct_transcripts(
     recognizer: Recognizer, speech_clips: list[Clip]
 ) -> None:
-    async def main() -> dict[str, list[InferenceResult]]:
+    async def main() -> dict[str, tuple[list[InferenceResult], InferenceRequest]]:
         engine = make_engine(recognizer)
         engine.start()
         rng = random.Random(3)
@@ -89,12 +91,12 @@ def test_fifty_concurrent_sessions_get_their_own_direct_transcripts(
 
     results = asyncio.run(main())
     assert len(results) == 50
-    for sid, session_results in results.items():
+    for sid, (session_results, request) in results.items():
         for result in session_results:
-            assert result.request.session_id == sid
+            assert result.ref.session_id == sid
             assert result.ok, result.error_message
         final = session_results[-1]
-        expected = direct(recognizer, final.request.audio, final.request.options)
+        expected = direct(recognizer, request.audio, request.options)
         assert final.transcript is not None and final.transcript.text == expected
 
 
@@ -201,7 +203,7 @@ def test_bad_audio_in_a_batch_fails_only_that_request(recognizer: Recognizer) ->
         await engine.close(timeout=10)
         return results
 
-    results = {r.request.utterance_id: r for r in asyncio.run(main())}
+    results = {r.ref.utterance_id: r for r in asyncio.run(main())}
     assert results[0].error_code == "bad_audio"
     assert results[1].ok
 

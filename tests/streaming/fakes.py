@@ -114,7 +114,7 @@ def final_requests(requests: list[InferenceRequest]) -> list[InferenceRequest]:
 
 
 def answer(request: InferenceRequest) -> InferenceResult:
-    return InferenceResult(request, fake_transcript(request))
+    return InferenceResult(request.ref, fake_transcript(request))
 
 
 WORD_MS = 300  # the word fake's pitch: one word per 300 ms of stream time

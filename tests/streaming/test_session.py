@@ -169,7 +169,7 @@ def test_partials_of_a_long_utterance_decode_a_bounded_tail(hold_ms: int) -> Non
         session.receive_audio(piece, now=i * 0.1)
         for r in session.requests_to_submit():
             held.append(r)
-            session.receive_result(InferenceResult(r, word_transcript(r)), now=i * 0.1)
+            session.receive_result(InferenceResult(r.ref, word_transcript(r)), now=i * 0.1)
         events += session.events_to_send()
     partial_reqs = [r for r in held if r.kind is RequestKind.PARTIAL]
     partials = [e for e in events if isinstance(e, Partial)]
@@ -210,7 +210,7 @@ def test_engine_error_on_a_final_is_reported_and_the_stream_still_ends() -> None
     audio = tone_bursts([(0.2, 1.0)], 2.0)
     session = make_session()
     (request,) = final_requests(collect_requests(session, to_s16le(audio), 1600))
-    session.receive_result(InferenceResult(request, None, "out_of_memory", "too big"), now=1.0)
+    session.receive_result(InferenceResult(request.ref, None, "out_of_memory", "too big"), now=1.0)
     events = session.events_to_send()
     errors = [e for e in events if isinstance(e, Failed)]
     assert errors and errors[0].code == "out_of_memory"
@@ -335,7 +335,7 @@ def test_a_failed_early_decode_that_is_the_final_is_reported() -> None:
     session = make_session()
     (early,) = [r for r in feed_held(session, data, 4.0) if r.kind is RequestKind.EARLY]
     session.receive_text('{"type":"stop"}', now=4.0)
-    session.receive_result(InferenceResult(early, None, "backend_error", "boom"), now=4.1)
+    session.receive_result(InferenceResult(early.ref, None, "backend_error", "boom"), now=4.1)
     events = session.events_to_send()
     errors = [e for e in events if isinstance(e, Failed)]
     assert [e.code for e in errors] == ["backend_error"]

@@ -156,7 +156,7 @@ class Link:
         self.pending += self.core.requests_to_submit()
         while self.pending and not self.hold:
             request = self.pending.pop(0)
-            result = InferenceResult(request, word_transcript(request))
+            result = InferenceResult(request.ref, word_transcript(request))
             self.core.receive_result(result, self.now)
             self.pending += self.core.requests_to_submit()
         for event in self.core.events_to_send():

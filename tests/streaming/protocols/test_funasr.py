@@ -626,7 +626,7 @@ class FunasrSession:
 
     def pump(self) -> None:
         for request in self.session.requests_to_submit():
-            self.session.receive_result(InferenceResult(request, self.transcribe(request)), 0.0)
+            self.session.receive_result(InferenceResult(request.ref, self.transcribe(request)), 0.0)
         for event in self.session.events_to_send():
             self.events.append(event)
             self.messages += parsed(self.codec.encode(event))
@@ -665,7 +665,7 @@ def v1_final_texts(data: bytes, transcribe: Transcribe = fake_transcript) -> lis
         else:
             v1.receive_text(message, i * 0.01)
         for r in v1.requests_to_submit():
-            v1.receive_result(InferenceResult(r, transcribe(r)), 0.0)
+            v1.receive_result(InferenceResult(r.ref, transcribe(r)), 0.0)
         events += v1.events_to_send()
     return [e.transcript.text for e in events if isinstance(e, Final)]
 

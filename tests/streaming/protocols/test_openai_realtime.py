@@ -736,7 +736,7 @@ class RealtimeDriver:
     def pump(self) -> None:
         """Answer every request at once, then put the session's events on the wire."""
         for request in self.session.requests_to_submit():
-            result = InferenceResult(request, self.decoder(request))
+            result = InferenceResult(request.ref, self.decoder(request))
             self.session.receive_result(result, self.now)
         for event in self.session.events_to_send():
             self.wire += [json.loads(frame) for frame in self.codec.encode(event)]
