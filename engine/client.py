@@ -30,6 +30,8 @@ class EngineSnapshot:
     in_use_bytes: int
     devices: tuple[Mapping[str, Any], ...]
     healthy: bool
+    # The remote replicas that answer (none for an engine in this process).
+    replicas: tuple[str, ...] = ()
 
     def to_stats(self) -> dict[str, Any]:
         """The engine's part of /stats."""
@@ -45,6 +47,7 @@ class EngineSnapshot:
             "memory": {"budget_bytes": self.budget_bytes, "in_use_bytes": self.in_use_bytes},
             "devices": [dict(d) for d in self.devices],
             "healthy": self.healthy,
+            "replicas": list(self.replicas),
         }
 
 

@@ -43,3 +43,19 @@ class BackendOutOfMemoryError(EngineError):
     """The backend ran out of memory for a batch."""
 
     code = "out_of_memory"
+
+
+class ReplicaLostError(EngineError):
+    """A remote engine replica is gone (died, was replaced, or refused a call meant for it)."""
+
+    code = "replica_lost"
+
+    def __init__(self, replica: str, why: str) -> None:
+        super().__init__(f"replica {replica} lost: {why}")
+        self.replica = replica
+
+
+class MisroutedError(EngineError, LookupError):
+    """A call pinned to one replica reached another: the one it was meant for is gone."""
+
+    code = "misrouted"

@@ -1,0 +1,145 @@
+"""Fleet: a gateway's bookkeeping of remote replicas, with no I/O.
+
+Each session is pinned to one replica while it lives, so a newer partial replaces an
+older one and a cancellation reaches every request the session has queued. Every final
+(and early or background decode) is owed until its answer arrives; when a replica is lost
+its sessions move to the least-loaded live replica and their owed requests are sent
+again. An answer is taken once, the first to arrive, so a final reaches its session
+exactly once however many replicas were asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.remote_messages import Tick
+from engine.types import InferenceRequest, InferenceResult, RequestKind
+
+
+@dataclass
+class _Replica:
+    sessions: set[str] = field(default_factory=set)
+    requests: list[InferenceRequest] = field(default_factory=list)
+    cancels: list[str] = field(default_factory=list)
+
+
+class Fleet:
+    """Pins, outboxes and owed requests of one gateway's sessions across replicas."""
+
+    def __init__(self, gateway: str) -> None:
+        self.gateway = gateway
+        self._replicas: dict[str, _Replica] = {}
+        self._open: set[str] = set()
+        self._pins: dict[str, str] = {}
+        self._owed: dict[tuple[str, int], InferenceRequest] = {}
+        self._homeless: list[InferenceRequest] = []  # sent once a replica is known
+        self.resent = 0  # owed requests sent again after their replica was lost
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        return tuple(self._replicas)
+
+    @property
+    def owed(self) -> int:
+        return len(self._owed)
+
+    def pinned_to(self, session_id: str) -> str | None:
+        return self._pins.get(session_id)
+
+    def add(self, replica: str) -> set[str]:
+        """A replica joins; requests that waited for one go to it. Returns replicas to wake."""
+        if replica in self._replicas:
+            return set()
+        self._replicas[replica] = _Replica()
+        waiting, self._homeless = self._homeless, []
+        return {r for r in map(self._route, waiting) if r is not None}
+
+    def open(self, session_id: str) -> None:
+        if session_id in self._open:
+            raise ValueError(f"session {session_id!r} is already open")
+        self._open.add(session_id)
+
+    def submit(self, request: InferenceRequest) -> str | None:
+        """Queue a request for its session's replica; None while no replica is known."""
+        if request.session_id not in self._open:
+            raise ValueError(f"session {request.session_id!r} is not open")
+        if request.kind is not RequestKind.PARTIAL:
+            self._owed[(request.session_id, request.request_id)] = request
+        return self._route(request)
+
+    def cancel(self, session_id: str) -> tuple[int, str | None]:
+        """Forget a session: (requests dropped here, the replica to tell, if any)."""
+        self._open.discard(session_id)
+        owed = [key for key in self._owed if key[0] == session_id]
+        for key in owed:
+            del self._owed[key]
+        before = len(self._homeless)
+        self._homeless = [r for r in self._homeless if r.session_id != session_id]
+        replica = self._pins.pop(session_id, None)
+        if replica is None:
+            return len(owed) + before - len(self._homeless), None
+        state = self._replicas[replica]
+        state.sessions.discard(session_id)
+        kept = [r for r in state.requests if r.session_id != session_id]
+        dropped = len(state.requests) - len(kept)
+        state.requests = kept
+        state.cancels.append(session_id)
+        return len(owed) + dropped, replica
+
+    def take(self, replica: str) -> Tick:
+        """Everything queued for `replica` since the last tick, as one call."""
+        state = self._replicas.get(replica)
+        if state is None:
+            return Tick(self.gateway)
+        tick = Tick(self.gateway, tuple(state.requests), tuple(state.cancels))
+        state.requests, state.cancels = [], []
+        return tick
+
+    def accept(self, replica: str, results: tuple[InferenceResult, ...]) -> list[InferenceResult]:
+        """The results to deliver: an owed answer the first time it comes, and partials
+        from the replica the session is pinned to; nothing for ended sessions."""
+        out = []
+        for result in results:
+            ref = result.ref
+            if ref.session_id not in self._open:
+                continue
+            owed = self._owed.pop((ref.session_id, ref.request_id), None) is not None
+            live = ref.kind is RequestKind.PARTIAL and self._pins.get(ref.session_id) == replica
+            if owed or live:
+                out.append(result)
+        return out
+
+    def lose(self, replica: str) -> set[str]:
+        """A replica is gone: move its sessions on and send their owed requests again.
+        Returns the replicas that now have work to send."""
+        state = self._replicas.pop(replica, None)
+        if state is None:
+            return set()
+        moved = state.sessions
+        for session_id in moved:
+            del self._pins[session_id]
+        owed = sorted(
+            (r for r in self._owed.values() if r.session_id in moved),
+            key=lambda r: (r.session_id, r.request_id),
+        )
+        # A partial not yet sent may as well go too; one in flight is simply superseded.
+        unsent = [r for r in state.requests if r.kind is RequestKind.PARTIAL]
+        self.resent += len(owed)
+        return {r for r in map(self._route, owed + unsent) if r is not None}
+
+    def _route(self, request: InferenceRequest) -> str | None:
+        replica = self._pins.get(request.session_id) or self._least_loaded()
+        if replica is None:
+            self._homeless.append(request)
+            return None
+        state = self._replicas[replica]
+        if request.session_id not in state.sessions:
+            state.sessions.add(request.session_id)
+            self._pins[request.session_id] = replica
+        state.requests.append(request)
+        return replica
+
+    def _least_loaded(self) -> str | None:
+        if not self._replicas:
+            return None
+        return min(self._replicas, key=lambda r: len(self._replicas[r].sessions))

@@ -1,0 +1,48 @@
+"""What a gateway and a remote engine replica say to each other: plain picklable records.
+
+A gateway sends each replica one `Tick` per turn of its loop, carrying every session's
+new requests and cancellations at once, and keeps one `collect` call waiting per replica
+for results. Sessions are named on the wire exactly as the gateway names them; a replica
+keeps each gateway's sessions apart itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.builder import EngineReport
+from engine.client import EngineSnapshot
+from engine.types import InferenceRequest, InferenceResult
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A replica introduces itself: its id (for pinning) and what its engine measured."""
+
+    replica: str
+    report: EngineReport
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One gateway's new requests and cancellations for one replica, in submission order.
+
+    The replica submits the requests first and then cancels, so a session that ended in
+    the same tick leaves nothing behind.
+    """
+
+    gateway: str
+    requests: tuple[InferenceRequest, ...] = ()
+    cancels: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.requests or self.cancels)
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """The results a replica had for one gateway, and its engine's counters."""
+
+    replica: str
+    results: tuple[InferenceResult, ...]
+    snapshot: EngineSnapshot
