@@ -121,6 +121,7 @@ class RemoteEngine:
         """Every live replica's latest counters, added up."""
         snapshot = combine(
             {rid: link.snapshot for rid, link in self._links.items() if link.snapshot},
+            replicas=tuple(self._links),
             healthy=self.healthy,
         )
         self.metrics.queued.set(snapshot.queued)
@@ -234,8 +235,11 @@ class RemoteEngine:
             self._settled.set()
 
 
-def combine(snapshots: Mapping[str, EngineSnapshot], *, healthy: bool) -> EngineSnapshot:
-    """One snapshot for many replicas: counters add up, devices are listed per replica."""
+def combine(
+    snapshots: Mapping[str, EngineSnapshot], *, replicas: tuple[str, ...], healthy: bool
+) -> EngineSnapshot:
+    """One snapshot for many replicas (`replicas`: those attached, whether or not they have
+    reported yet): counters add up, devices are listed per replica."""
     parts = list(snapshots.values())
     batches = sum(s.batches for s in parts)
     kinds = {kind.value for kind in RequestKind}
@@ -258,5 +262,5 @@ def combine(snapshots: Mapping[str, EngineSnapshot], *, healthy: bool) -> Engine
         ),
         # One replica's failing device does not make the others unready.
         healthy=healthy and (not parts or any(s.healthy for s in parts)),
-        replicas=tuple(snapshots),
+        replicas=replicas,
     )

@@ -14,6 +14,9 @@ from engine.builder import EngineReport
 from engine.client import EngineSnapshot
 from engine.types import InferenceRequest, InferenceResult
 
+#: The Serve application gateways attach to unless told another name.
+DEFAULT_APP = "sensestream"
+
 
 @dataclass(frozen=True, slots=True)
 class Hello:

@@ -18,20 +18,19 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from engine.async_engine import AsyncEngine
-from engine.builder import EngineReport, build_engine_parts
+from engine.builder import EngineReport
 from engine.client import EngineClient
 from engine.devices import device_index
-from engine.metrics import EngineMetrics
 from engine.monitor import Monitor, cuda_uuids, load_nvml
 from server.auth import key_matches, load_keys, origin_allowed, presented_token
 from server.config import ListenConfig, ServerConfig
 from server.connection import Connection
+from server.engine_url import parse_engine_url
+from server.engines import is_remote, open_local, open_remote
 from server.file_api import FileApi
 from server.http import json_response, response, static_file, text_response, unauthorized
 from server.listen import page_url
 from server.listener import QuietServer, asgi_server, bind, bound_port, stop
-from server.models import choose_model, tuning_folder
 from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.streams import Publisher, StreamHub, Subscription
@@ -240,20 +239,14 @@ class App:
 
     async def _load(self) -> None:
         started = time.perf_counter()
-        model = await choose_model(self.config.engine, self.environ)
-        parts = await asyncio.to_thread(
-            build_engine_parts, self.config.engine_config(model, tuning_folder(self.environ))
-        )
-        report = parts.report
+        remote = parse_engine_url(self.config.engine.engine_url)
+        if remote is None:
+            self.engine, report = await open_local(self.config, self.environ, self.registry)
+        else:
+            log.info("attaching to engine replicas at %s (app %s)", remote.address, remote.app)
+            self.engine = attaching = await open_remote(remote, self.registry)
+            report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)
-        self.engine = AsyncEngine(
-            parts.recognizers,
-            parts.scheduler,
-            parts.device_names,
-            EngineMetrics(self.registry),
-            feature_threads=report.feature_threads,
-        )
-        self.engine.start()
         self.report = report
         # CUDA_VISIBLE_DEVICES renumbers GPUs: NVML readings follow the engine's by UUID.
         self.monitor.follow(cuda_uuids(self._gpu_indices()))
@@ -355,11 +348,15 @@ class App:
                     await self._ready.wait()
 
     def _readyz(self) -> Response:
-        engine_ok = self.engine is not None and self.engine.healthy
+        engine = self.engine
+        engine_ok = engine is not None and engine.healthy
+        # A gateway says how many engine replicas answer (none answering: not ready).
+        replicas = engine.snapshot().replicas if is_remote(engine) and engine else None
+        answering = "" if replicas is None else f": {len(replicas)} engine replica(s) answer"
         if self.state == "ready" and engine_ok:
-            return text_response(200, "ready\n")
+            return text_response(200, f"ready{answering}\n")
         reason = self.state if self.state != "ready" else "engine unhealthy"
-        return text_response(503, f"not ready: {reason}\n")
+        return text_response(503, f"not ready: {reason}{answering}\n")
 
     def _metrics(self) -> Response:
         self.monitor.snapshot(self._gpu_indices())
@@ -385,8 +382,9 @@ class App:
         return out
 
     def _gpu_indices(self) -> list[int]:
-        """The GPUs the engine runs on (torch allocator readings touch only those)."""
-        devices = self.report.devices if self.report else ()
+        """The GPUs the engine runs on here (torch allocator readings touch only those):
+        none when the engine is remote replicas."""
+        devices = self.report.devices if self.report and not is_remote(self.engine) else ()
         return [device_index(d.device) for d in devices if d.device.startswith("cuda")]
 
     # ---- WebSocket ----------------------------------------------------------------

@@ -25,6 +25,7 @@ from engine.builder import EngineConfig
 from engine.loader import BackendOptions
 from engine.model_dir import DEFAULT_MODEL_ID
 from engine.scheduler import SchedulerConfig
+from server.engine_url import parse_engine_url
 from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
@@ -199,6 +200,10 @@ class SessionSettings:
 class EngineSettings:
     """Which model runs where, how batches form, and the test-model stand-in."""
 
+    # `local` builds the engine in this process; `ray://auto` or `ray://HOST:PORT` attaches
+    # to Ray Serve engine replicas instead (the options below then describe the replicas'
+    # build, done by `python -m server.replicas`, not this process's).
+    engine_url: str = "local"
     model: str = DEFAULT_MODEL_ID
     backend: str = "onnx"
     precision: str = "auto"
@@ -226,6 +231,7 @@ class EngineSettings:
             raise ValueError("max_batch must be 'auto' or a positive integer")
         if self.test_model_size not in ("tiny", "full"):
             raise ValueError("test_model_size must be tiny or full")
+        parse_engine_url(self.engine_url)
         # The rules live in engine.builder, engine.budget and engine.scheduler.
         config = self.engine_config(self.model)
         batch = 1 if config.max_batch is None else config.max_batch
@@ -318,17 +324,21 @@ def option_fields() -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for kind in kinds for f in dataclasses.fields(kind) if f.name not in LEAVES}
 
 
+#: Shorter flags for some options.
+ALIASES: Mapping[str, tuple[str, ...]] = {"engine_url": ("--engine",)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m server", description="SenseStream real-time speech recognition server"
     )
     parser.add_argument("--config", type=Path, help="TOML file with any of the options below")
     for name, f in option_fields().items():
-        flag = "--" + name.replace("_", "-")
+        flags = ["--" + name.replace("_", "-"), *ALIASES.get(name, ())]
         if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None)
         else:
-            parser.add_argument(flag, default=None, help=f"default: {_default(f)}")
+            parser.add_argument(*flags, dest=name, default=None, help=f"default: {_default(f)}")
     return parser
 
 
