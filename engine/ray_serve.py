@@ -175,7 +175,12 @@ def deploy(config: EngineConfig, resources: ReplicaResources, app: str = DEFAULT
 
 
 def start_local_cluster(num_cpus: int | None = None) -> None:
-    """A one-machine cluster bound to 127.0.0.1 (for trying replicas, and for tests)."""
+    """A one-machine cluster (for trying replicas, and for tests).
+
+    Ray swaps 127.0.0.1 for the host's routable address unless the environment had
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (a single-machine cluster, on any OS) when Ray
+    was imported: `LOCAL_CLUSTER_ENV`, which `python -m server.replicas --local` sets.
+    """
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,

@@ -16,6 +16,9 @@ from engine.types import InferenceRequest, InferenceResult
 
 #: The Serve application gateways attach to unless told another name.
 DEFAULT_APP = "sensestream"
+#: For a Ray cluster that stays on this machine (set before Ray is imported): bind to
+#: 127.0.0.1 rather than the host's routable address, and send no usage stats.
+LOCAL_CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 @dataclass(frozen=True, slots=True)

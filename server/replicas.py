@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from engine.remote_messages import DEFAULT_APP
+from engine.remote_messages import DEFAULT_APP, LOCAL_CLUSTER_ENV
 from server.config import load_config
 from server.models import choose_model, tuning_folder
 
@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, rest = replica_parser().parse_known_args(argv)
     if ours.replicas < 1:
         raise SystemExit("--replicas must be at least 1")
+    if ours.local:
+        # Read when Ray is imported, so before the import below.
+        os.environ.update(LOCAL_CLUSTER_ENV)
     try:
         from engine.ray_serve import ReplicaResources, deploy, start_local_cluster
     except ImportError as exc:
@@ -62,7 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine_config = config.engine_config(model, tuning_folder(os.environ))
     resources = ReplicaResources(ours.replicas, ours.cpus_per_replica, ours.gpus_per_replica)
     if ours.local:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         start_local_cluster(ours.local_cpus)
     else:
         ray.init(address=ours.address, log_to_driver=False, configure_logging=False)
