@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RAY_STAMP := $(VENV)/.ray-installed
+REPLICAS ?= 2
 
-.PHONY: venv system-deps serve test lint typecheck unit bench-engine clean
+.PHONY: venv ray system-deps serve replicas test lint typecheck unit bench-engine clean
 
 venv: $(STAMP)
 
@@ -19,17 +21,29 @@ $(STAMP): pyproject.toml
 serve: venv
 	$(PY) -m server $(ARGS)
 
+# Ray is an extra: only the engine-replica commands and the tests install it.
+ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,ray]'
+	touch $(RAY_STAMP)
+
+# A one-machine Ray cluster with $(REPLICAS) engine replicas; gateways attach with
+# `make serve ARGS="--engine ray://auto"` (docs/deploy.md).
+replicas: ray
+	$(PY) -m server.replicas --local --replicas $(REPLICAS) $(ARGS)
+
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-typecheck: venv
+typecheck: ray
 	$(PY) -m mypy
 
 system-deps:
 	bash scripts/system_deps.sh
 
-unit: venv system-deps
+unit: ray system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit

@@ -33,7 +33,7 @@ class Fleet:
         self._pins: dict[str, str] = {}
         self._owed: dict[tuple[str, int], InferenceRequest] = {}
         self._homeless: list[InferenceRequest] = []  # sent once a replica is known
-        self.resent = 0  # owed requests sent again after their replica was lost
+        self.resent = 0  # owed requests handed to another replica after theirs was lost
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -68,23 +68,26 @@ class Fleet:
         return self._route(request)
 
     def cancel(self, session_id: str) -> tuple[int, str | None]:
-        """Forget a session: (requests dropped here, the replica to tell, if any)."""
+        """Forget a session: (its requests dropped here, the replica to tell, if any)."""
         self._open.discard(session_id)
-        owed = [key for key in self._owed if key[0] == session_id]
-        for key in owed:
+        dropped = {key for key in self._owed if key[0] == session_id}
+        for key in dropped:
             del self._owed[key]
-        before = len(self._homeless)
+        dropped |= {
+            (r.session_id, r.request_id) for r in self._homeless if r.session_id == session_id
+        }
         self._homeless = [r for r in self._homeless if r.session_id != session_id]
         replica = self._pins.pop(session_id, None)
         if replica is None:
-            return len(owed) + before - len(self._homeless), None
+            return len(dropped), None
         state = self._replicas[replica]
         state.sessions.discard(session_id)
-        kept = [r for r in state.requests if r.session_id != session_id]
-        dropped = len(state.requests) - len(kept)
-        state.requests = kept
+        dropped |= {
+            (r.session_id, r.request_id) for r in state.requests if r.session_id == session_id
+        }
+        state.requests = [r for r in state.requests if r.session_id != session_id]
         state.cancels.append(session_id)
-        return len(owed) + dropped, replica
+        return len(dropped), replica
 
     def take(self, replica: str) -> Tick:
         """Everything queued for `replica` since the last tick, as one call."""
@@ -143,3 +146,7 @@ class Fleet:
         if not self._replicas:
             return None
         return min(self._replicas, key=lambda r: len(self._replicas[r].sessions))
+
+
+def _keys_of(requests: list[InferenceRequest], session_id: str) -> set[tuple[str, int]]:
+    return {(r.session_id, r.request_id) for r in requests if r.session_id == session_id}

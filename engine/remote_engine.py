@@ -71,7 +71,7 @@ class RemoteEngine:
         self._channels: dict[str, asyncio.Queue[InferenceResult]] = {}
         self._links: dict[str, _Link] = {}
         self._discover_now = asyncio.Event()
-        self._attached = asyncio.Event()
+        self._attached = asyncio.Event()  # set at every attach
         self._settled = asyncio.Event()  # set whenever nothing is owed
         self._settled.set()
         self._task: asyncio.Task[None] | None = None
@@ -92,11 +92,12 @@ class RemoteEngine:
             loop = asyncio.get_running_loop()
             self._task = loop.create_task(self._discovery(), name="engine-discovery")
 
-    async def attached(self) -> EngineReport:
-        """Wait for the first replica; its report describes the engine."""
-        await self._attached.wait()
-        if self.report is None:
-            raise RuntimeError("attached without a report")
+    async def attached(self, replicas: int = 1) -> EngineReport:
+        """Wait until `replicas` replicas are attached; the first one's report describes
+        the engine."""
+        while len(self._links) < replicas or self.report is None:
+            self._attached.clear()
+            await self._attached.wait()
         return self.report
 
     async def close(self, timeout: float | None = None) -> None:

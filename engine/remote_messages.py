@@ -31,11 +31,9 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """One gateway's new requests and cancellations for one replica, in submission order.
-
-    The replica submits the requests first and then cancels, so a session that ended in
-    the same tick leaves nothing behind.
-    """
+    """One gateway's cancellations and new requests for one replica, requests in
+    submission order. A gateway drops a session's unsent requests when it cancels it, so
+    the replica applies the cancellations first."""
 
     gateway: str
     requests: tuple[InferenceRequest, ...] = ()

@@ -23,6 +23,6 @@ class RemoteMetrics:
         self.lost = Counter("engine_remote_replicas_lost", "Replicas lost mid-session", registry=r)
         self.resent = Counter(
             "engine_remote_resent_requests",
-            "Owed requests sent again to another replica after theirs was lost",
+            "Owed requests handed to another replica after theirs was lost",
             registry=r,
         )

@@ -53,8 +53,15 @@ class EngineReplica:
         return tuple(self._gateways)
 
     def tick(self, tick: Tick, now: float) -> None:
-        """Submit a gateway's requests, then its cancellations (`now`: the loop's clock)."""
+        """Apply a gateway's cancellations, then submit its requests (`now`: the loop's
+        clock). A tick holds no request of a session it cancels unless the id was opened
+        again after the cancel, so this order is right either way."""
         gateway = self._renew(tick.gateway, now)
+        for session_id in tick.cancels:
+            scoped = gateway.prefix + session_id
+            if scoped in gateway.sessions:
+                gateway.sessions.discard(scoped)
+                self.engine.cancel(scoped)
         for request in tick.requests:
             scoped = gateway.prefix + request.session_id
             if scoped not in gateway.sessions:
@@ -62,25 +69,23 @@ class EngineReplica:
                 gateway.sessions.add(scoped)
             # The engine's clock is this host's: the gateway's `arrival` means nothing here.
             self.engine.submit(replace(request, session_id=scoped, arrival=now))
-        for session_id in tick.cancels:
-            scoped = gateway.prefix + session_id
-            if scoped in gateway.sessions:
-                gateway.sessions.discard(scoped)
-                self.engine.cancel(scoped)
 
     async def collect(self, gateway_id: str, wait_s: float) -> Collected:
         """A gateway's results so far, waiting up to `wait_s` for the first one."""
         loop = asyncio.get_running_loop()
         gateway = self._renew(gateway_id, loop.time())
         queue = gateway.results
+        first = []
         if queue.empty() and wait_s > 0:
             getter = loop.create_task(queue.get())
-            done, _ = await asyncio.wait({getter}, timeout=wait_s)
-            first = [getter.result()] if done else []
-            if not done:
-                getter.cancel()  # not finished, so nothing was taken from the queue
-        else:
-            first = []
+            try:
+                done, _ = await asyncio.wait({getter}, timeout=wait_s)
+            finally:
+                # Unfinished (timed out, or this call was cancelled): nothing was taken.
+                if not getter.done():
+                    getter.cancel()
+            if done:
+                first.append(getter.result())
         results = first + [queue.get_nowait() for _ in range(queue.qsize())]
         gateway.seen = loop.time()
         cut = len(gateway.prefix)
@@ -94,7 +99,9 @@ class EngineReplica:
         self._expire(now)
         gateway = self._gateways.get(gateway_id)
         if gateway is None:
-            gateway = self._gateways[gateway_id] = _Gateway(f"{gateway_id}:", now)
+            # Length-prefixed, so no gateway id and session id pair can spell another's.
+            prefix = f"{len(gateway_id)}:{gateway_id}:"
+            gateway = self._gateways[gateway_id] = _Gateway(prefix, now)
         gateway.seen = now
         return gateway
 
