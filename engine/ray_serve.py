@@ -166,12 +166,13 @@ def connect(address: str, app: str = DEFAULT_APP) -> RayTransport:
     return RayTransport(serve.get_deployment_handle(DEPLOYMENT, app_name=app))
 
 
-def deploy(config: EngineConfig, resources: ReplicaResources, app: str = DEFAULT_APP) -> None:
-    """Run (or update) the replicas' application on the cluster this process is attached
-    to; returns once every replica has built its engine. Serve keeps it running after."""
+def deploy(application: Any, app: str = DEFAULT_APP) -> None:
+    """Run (or update) the replicas' application (`build_app`'s) on the cluster this
+    process is attached to; returns once every replica has built its engine. Serve keeps
+    it running after."""
     # Gateways call replicas through handles only: no HTTP proxy to open a port for.
     serve.start(proxy_location="Disabled")
-    serve.run(build_app(config, resources), name=app, route_prefix=None)
+    serve.run(application, name=app, route_prefix=None)
 
 
 def start_local_cluster(num_cpus: int | None = None) -> None:

@@ -334,6 +334,10 @@ class App:
             return unauthorized("missing or wrong API key")
         if self.state != "ready":
             return text_response(503, f"server is {self.state}\n")
+        if is_remote(self.engine) and self.engine is not None and not self.engine.healthy:
+            # A gateway with no replica would only queue the session's audio: refuse it,
+            # so the load balancer sends the client to a gateway that has one.
+            return text_response(503, "no engine replica answers\n")
         return None
 
     async def _wait_until_ready(self, request: Request) -> None:

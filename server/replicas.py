@@ -16,10 +16,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from engine.builder import EngineConfig
 from engine.remote_messages import DEFAULT_APP, LOCAL_CLUSTER_ENV
 from server.config import load_config
+from server.main import configure_logging
 from server.models import choose_model, tuning_folder
 
 log = logging.getLogger("sensestream.replicas")
@@ -28,6 +31,7 @@ log = logging.getLogger("sensestream.replicas")
 def replica_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m server.replicas",
+        allow_abbrev=False,
         description="Run the engine as Ray Serve replicas (any other flag is an engine option"
         " of python -m server)",
     )
@@ -45,36 +49,73 @@ def replica_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     ours, rest = replica_parser().parse_known_args(argv)
-    if ours.replicas < 1:
-        raise SystemExit("--replicas must be at least 1")
+    configure_logging("info")
     if ours.local:
-        # Read when Ray is imported, so before the import below.
+        # Read when Ray is imported, so before any import of it.
         os.environ.update(LOCAL_CLUSTER_ENV)
     try:
-        from engine.ray_serve import ReplicaResources, deploy, start_local_cluster
+        import ray
+
+        from engine.ray_serve import build_app, deploy, start_local_cluster
     except ImportError as exc:
         raise SystemExit(f"Ray is not installed here: pip install '.[ray]' ({exc})") from exc
-    import ray
 
-    config = load_config(rest, os.environ)
-    model = asyncio.run(choose_model(config.engine, os.environ))
-    engine_config = config.engine_config(model, tuning_folder(os.environ))
-    resources = ReplicaResources(ours.replicas, ours.cpus_per_replica, ours.gpus_per_replica)
+    engine_config, resources = _plan(ours, rest)
     if ours.local:
         start_local_cluster(ours.local_cpus)
     else:
         ray.init(address=ours.address, log_to_driver=False, configure_logging=False)
-    deploy(engine_config, resources, ours.app)
-    log.info("%d engine replica(s) of %s up as Serve app %r", ours.replicas, model, ours.app)
+    deploy(build_app(engine_config, resources), ours.app)
+    log.info(
+        "%d engine replica(s) of %s up as Serve app %r",
+        ours.replicas,
+        engine_config.model,
+        ours.app,
+    )
     if ours.local:
         log.info("gateways: python -m server --engine ray://auto  (Ctrl-C stops the cluster)")
         _wait_for_signal()
         ray.shutdown()
     return 0
+
+
+def app(args: Mapping[str, Any]) -> Any:
+    """Serve's application builder, for a config file (a KubeRay RayService's
+    `serveConfigV2`: `import_path: server.replicas:app`). `args` are this command's flags
+    without their dashes, e.g. `{replicas: 4, gpus_per_replica: 1, backend: torch,
+    device: "cuda:0", model: /models/SenseVoiceSmall}`; true/false for on/off flags."""
+    from engine.ray_serve import build_app
+
+    engine_config, resources = _plan(*replica_parser().parse_known_args(_as_flags(args)))
+    return build_app(engine_config, resources)
+
+
+def _plan(ours: argparse.Namespace, rest: Sequence[str]) -> tuple[EngineConfig, Any]:
+    """The replicas' engine (the model resolved, or the test model built, here) and the
+    resources each takes."""
+    from engine.ray_serve import ReplicaResources
+
+    if ours.replicas < 1:
+        raise SystemExit("--replicas must be at least 1")
+    config = load_config(rest, os.environ)
+    model = asyncio.run(choose_model(config.engine, os.environ))
+    engine_config = config.engine_config(model, tuning_folder(os.environ))
+    return engine_config, ReplicaResources(
+        ours.replicas, ours.cpus_per_replica, ours.gpus_per_replica
+    )
+
+
+def _as_flags(args: Mapping[str, Any]) -> list[str]:
+    flags = []
+    for name, value in args.items():
+        flag = "--" + str(name).replace("_", "-")
+        if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+            on = value if isinstance(value, bool) else str(value).lower() == "true"
+            flags.append(flag if on else "--no-" + flag[2:])
+        else:
+            flags.append(f"{flag}={value}")
+    return flags
 
 
 def _wait_for_signal() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import ray
 from ray import serve
 
-from engine.ray_serve import ReplicaResources, connect, deploy, start_local_cluster
+from engine.ray_serve import ReplicaResources, build_app, connect, deploy, start_local_cluster
 from engine.remote_engine import RemoteEngine
 from engine.remote_messages import DEFAULT_APP
 from tools.bench_ray import HOP_AUDIO_S, engine_config, measure, tick_of, wire_bytes
@@ -34,8 +34,14 @@ def ray_targets(
         out = []
         for replicas in (1, 2):
             threads = max(1, cores // replicas)
-            deploy(engine_config(args, threads), ReplicaResources(replicas, cores / replicas))
+            deploy(
+                build_app(
+                    engine_config(args, threads), ReplicaResources(replicas, cores / replicas)
+                )
+            )
             target = asyncio.run(_attached(args, clips, replicas, hops if replicas == 1 else None))
+            # Gone before the next deploy: a rolling update would wait for CPUs it holds.
+            serve.delete(DEFAULT_APP)
             label = f"{replicas} replica" + ("s" if replicas > 1 else "")
             out.append({"target": label, "replicas": replicas, "threads": threads} | target)
         return out

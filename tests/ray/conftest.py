@@ -2,7 +2,9 @@
 
 Ray probes a cloud metadata address and usage-stats hosts at start-up: usage stats are
 off, every proxy variable points at a closed loopback port, and the node binds to
-127.0.0.1, so no test sends a packet off this machine.
+127.0.0.1, so no test sends a packet off this machine. (Each Serve replica also listens
+on all interfaces for Serve's inter-deployment gRPC, which Ray 2.60 binds to `[::]`; it
+receives nothing here and sends nothing.)
 """
 
 from __future__ import annotations
@@ -41,19 +43,18 @@ def ray_cluster(tiny_model_dir: Path) -> Iterator[str]:
     import ray
     from ray import serve
 
-    from engine.ray_serve import ReplicaResources, deploy, start_local_cluster
+    from engine.ray_serve import deploy, start_local_cluster
     from engine.remote_messages import DEFAULT_APP
-    from server.config import ServerConfig
+    from server.replicas import app
 
     saved = {k: os.environ.get(k) for k in LOOPBACK_ENV}
     os.environ.update(LOOPBACK_ENV)
     start_local_cluster(num_cpus=REPLICAS)
     try:
-        config = ServerConfig.from_options(
-            model=str(tiny_model_dir), precision="fp32", **ENGINE_OPTIONS
-        )
-        engine_config = config.engine_config(str(tiny_model_dir), None)
-        deploy(engine_config, ReplicaResources(REPLICAS, num_cpus=0.5), DEFAULT_APP)
+        # Built as a RayService's serveConfigV2 would: the builder, from plain arguments.
+        arguments = {"replicas": REPLICAS, "cpus_per_replica": 0.5, "reuse_tuning": False}
+        options = {"model": str(tiny_model_dir), "precision": "fp32", **ENGINE_OPTIONS}
+        deploy(app(arguments | options), DEFAULT_APP)
         yield DEFAULT_APP
     finally:
         serve.shutdown()

@@ -37,3 +37,33 @@ def test_without_ray_a_remote_engine_is_a_typed_error_naming_the_extra(
     monkeypatch.setitem(sys.modules, "engine.ray_serve", None)  # as if Ray were absent
     with pytest.raises(RayMissingError, match=r"pip install '\.\[ray\]'"):
         asyncio.run(open_remote(RayAddress("auto"), CollectorRegistry()))
+
+
+def test_a_gateway_with_no_replica_answering_refuses_new_streams() -> None:
+    from starlette.requests import HTTPConnection
+
+    from engine.remote_engine import RemoteEngine
+    from server.app import App
+    from server.config import ServerConfig
+    from tests.engine.remote_fakes import LoopbackTransport, fake_replica
+
+    async def main() -> tuple[str | None, str | None]:
+        app = App(ServerConfig.from_options(engine_url="ray://auto"), {})
+        transport = LoopbackTransport()
+        engine = RemoteEngine(transport)
+        engine.start()
+        app.engine, app.state = engine, "ready"
+        conn = HTTPConnection({"type": "websocket", "headers": [], "path": "/ws"})
+        before = app.refusal(conn)
+        transport.add(fake_replica("r0", asyncio.Event()))
+        await asyncio.wait_for(engine.attached(), 5)
+        after = app.refusal(conn)
+        await engine.close(timeout=1)
+        return (
+            None if before is None else bytes(before.body).decode(),
+            None if after is None else bytes(after.body).decode(),
+        )
+
+    before, after = asyncio.run(main())
+    assert before == "no engine replica answers\n"
+    assert after is None
