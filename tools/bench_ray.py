@@ -60,8 +60,11 @@ def utterances(count: int, cache: Path) -> list[np.ndarray]:
 
 
 def request(session: str, number: int, audio: np.ndarray) -> InferenceRequest:
+    """A final that arrives now: stamped as a session stamps it, so the in-process engine
+    waits out the same batching window (`max_wait_ms`) a replica does."""
+    now = asyncio.get_running_loop().time()
     return InferenceRequest(
-        session, number, RequestKind.FINAL, audio, DecodeOptions(), 0.0, request_id=number + 1
+        session, number, RequestKind.FINAL, audio, DecodeOptions(), now, request_id=number + 1
     )
 
 
