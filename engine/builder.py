@@ -133,11 +133,13 @@ class EngineReport:
     cost_scale: float
     devices: tuple[DeviceReport, ...] = ()
     feature_threads: int = 1
+    demo_model: bool = False  # the demo model trained on synthetic speech
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "test_model": self.test_model,
+            "demo_model": self.demo_model,
             "backend": self.backend,
             "load_s": round(self.load_s, 3),
             "warmup_s": round(self.warmup_s, 3),
@@ -221,6 +223,7 @@ def build_engine_parts(
     report = EngineReport(
         model=str(model_dir.path),
         test_model=model_dir.is_test_model,
+        demo_model=model_dir.is_demo_model,
         backend=first.recognizer.backend.name,
         load_s=loaded - started,
         warmup_s=time.perf_counter() - loaded,

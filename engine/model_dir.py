@@ -20,6 +20,8 @@ DEFAULT_MODEL_ID = "iic/SenseVoiceSmall"
 DEFAULT_ENDPOINT = "https://www.modelscope.cn"
 DEFAULT_TOKENIZER = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 TEST_MODEL_MARKER = "sensestream_test_model.json"
+#: Marks the demo model trained here on synthetic speech (scripts/train_demo_model.py).
+DEMO_MODEL_MARKER = "sensestream_demo_model.json"
 ONNX_NAMES: Mapping[str, str] = {
     "fp32": "model.onnx",
     "int8": "model.int8.onnx",
@@ -43,6 +45,7 @@ class ModelDir:
     cmvn_path: Path
     weights_path: Path
     test_model: Mapping[str, Any] | None
+    demo_model: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -51,6 +54,10 @@ class ModelDir:
     @property
     def is_test_model(self) -> bool:
         return self.test_model is not None
+
+    @property
+    def is_demo_model(self) -> bool:
+        return self.demo_model is not None
 
     def onnx_path(self, precision: str) -> Path:
         """Where the ONNX export for `precision` lives inside this dir."""
@@ -113,7 +120,7 @@ def load_model_dir(path: Path, *, need_weights: bool = True) -> ModelDir:
     config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
     if not isinstance(config, dict) or "encoder_conf" not in config:
         raise ModelDirIncompleteError(f"{path / 'config.yaml'} has no encoder_conf")
-    marker = path / TEST_MODEL_MARKER
+    marker, demo = path / TEST_MODEL_MARKER, path / DEMO_MODEL_MARKER
     return ModelDir(
         path=path.resolve(),
         config=config,
@@ -121,6 +128,7 @@ def load_model_dir(path: Path, *, need_weights: bool = True) -> ModelDir:
         cmvn_path=path / cmvn_name,
         weights_path=path / weights_name,
         test_model=_read_json(marker) if marker.is_file() else None,
+        demo_model=_read_json(demo) if demo.is_file() else None,
     )
 
 

@@ -82,10 +82,13 @@ SPECIAL_TOKENS: dict[int, str] = {
 
 def make_config_text(real_text: str, size: str) -> str:
     """Return config.yaml text: the real one for full, smaller encoder_conf values for tiny."""
-    if size == "full":
-        return real_text
+    return real_text if size == "full" else with_encoder_conf(real_text, TINY_ENCODER)
+
+
+def with_encoder_conf(real_text: str, values: dict[str, int]) -> str:
+    """config.yaml text with these `encoder_conf` numbers in place of the real ones."""
     text = real_text
-    for key, value in TINY_ENCODER.items():
+    for key, value in values.items():
         pattern = re.compile(rf"^(\s+{key}:)\s*\d+\s*$", re.MULTILINE)
         text, count = pattern.subn(rf"\g<1> {value}", text)
         if count != 1:

@@ -107,7 +107,10 @@ def webhook_policy(listen: ListenConfig) -> WebhookPolicy | None:
 
 def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
     return config.session.streaming(
-        config.limits.session_limits(), model_name=report.model, test_model=report.test_model
+        config.limits.session_limits(),
+        model_name=report.model,
+        test_model=report.test_model,
+        demo_model=report.demo_model,
     )
 
 
@@ -263,6 +266,8 @@ class App:
         )
         if report.test_model:
             log.warning(RANDOM_WEIGHTS_BANNER)
+        if report.demo_model:
+            log.warning(DEMO_MODEL_BANNER)
 
     async def _drain(self) -> None:
         drains = [conn.drain() for conn in list(self.sessions.values())]
@@ -378,6 +383,7 @@ class App:
             "streams": len(self.streams),
             "asyncio_tasks": len(asyncio.all_tasks()),
             "test_model": bool(self.report and self.report.test_model),
+            "demo_model": bool(self.report and self.report.demo_model),
             "engine": self.report.to_dict() if self.report else None,
             "process": self.monitor.snapshot(self._gpu_indices()),
         }
@@ -584,4 +590,10 @@ RANDOM_WEIGHTS_BANNER = """
 ################################################################################
 #  RANDOM WEIGHTS: this server runs a TEST model built by make_test_model.py.   #
 #  Transcripts are meaningless. Pass --model with real SenseVoiceSmall weights. #
+################################################################################"""
+
+DEMO_MODEL_BANNER = """
+################################################################################
+#  DEMO MODEL: trained on synthetic English speech, with a small vocabulary.   #
+#  It does not know human speech: pass --model with real SenseVoiceSmall.      #
 ################################################################################"""

@@ -173,7 +173,11 @@ class SessionSettings:
         self.streaming(SessionLimits())  # the rules live in the streaming configs
 
     def streaming(
-        self, limits: SessionLimits, model_name: str = "", test_model: bool = False
+        self,
+        limits: SessionLimits,
+        model_name: str = "",
+        test_model: bool = False,
+        demo_model: bool = False,
     ) -> SessionConfig:
         """The session core's config for these settings."""
         return SessionConfig(
@@ -192,6 +196,7 @@ class SessionSettings:
             limits=limits,
             model_name=model_name,
             test_model=test_model,
+            demo_model=demo_model,
             early_final_ms=self.early_final_ms,
         )
 

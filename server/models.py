@@ -1,4 +1,5 @@
-"""Which model the server loads: the configured one, or a cached random-weight test model."""
+"""Which model the server loads: the configured one, else the clone's demo model, else a
+cached random-weight test model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine.errors import ModelNotFoundError
-from engine.model_dir import DEFAULT_MODEL_ID, TEST_MODEL_MARKER, resolve_model
+from engine.model_dir import (
+    DEFAULT_MODEL_ID,
+    DEMO_MODEL_MARKER,
+    TEST_MODEL_MARKER,
+    resolve_model,
+)
 from server.config import EngineSettings, cache_home, default_test_model_cache
 
 log = logging.getLogger("sensestream.models")
@@ -30,12 +36,21 @@ async def choose_model(engine: EngineSettings, environ: Mapping[str, str]) -> st
         if not engine.fallback_test_model or engine.model != DEFAULT_MODEL_ID:
             raise
         log.warning("no real SenseVoiceSmall: %s", str(exc).split(". ", 1)[0])
+    demo = demo_model_dir()
+    if (demo / DEMO_MODEL_MARKER).is_file() and engine.test_model_cache is None:
+        log.warning("using the DEMO model in %s (synthetic speech, small vocabulary)", demo)
+        return str(demo)
     size = engine.test_model_size
     cache = Path(engine.test_model_cache or default_test_model_cache(environ, size))
     if not is_built(cache):
         log.warning("building the %s TEST model with RANDOM weights in %s (once)", size, cache)
         await build_test_model(cache, size)
     return str(cache)
+
+
+def demo_model_dir() -> Path:
+    """The demo model a clone carries (models/demo/); absent from an installed wheel."""
+    return Path(__file__).resolve().parent.parent / "models" / "demo"
 
 
 def is_built(path: Path) -> bool:

@@ -23,6 +23,7 @@ class Configured:
     channel_labels: tuple[str, ...] = ()  # a multichannel stream's channels, by index
     stream_id: str = ""  # what subscribers follow it by
     webhook_url: str | None = None  # where its finals are POSTed, if anywhere
+    demo_model: bool = False  # the demo model trained on synthetic speech
 
     @property
     def multichannel(self) -> bool:

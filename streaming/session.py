@@ -68,6 +68,7 @@ class SessionConfig:
     limits: SessionLimits = field(default_factory=SessionLimits)
     model_name: str = ""
     test_model: bool = False
+    demo_model: bool = False
     # Decode the utterance once the VAD has heard this much of a pause, before its
     # end-silence runs out; when the pause lasts, that decode is the final. 0 turns it off.
     early_final_ms: int = 200
@@ -303,6 +304,7 @@ class Session:
                 config.model_name,
                 config.test_model,
                 stream_id=self._stream_id,
+                demo_model=config.demo_model,
                 webhook_url=self._webhook_url,
             )
         )

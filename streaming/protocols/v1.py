@@ -189,6 +189,7 @@ def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, 
         case Configured():
             head.update(type="ready", session_id=event.session_id, config=ready_config(event))
             head.update(model=event.model, test_model=event.test_model)
+            head.update(demo_model=event.demo_model)
         case SpeechStarted():
             head.update(type="speech_started", utt_id=event.utt_id, start_ms=event.start_ms)
         case Partial():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ModelNotFoundError
+from engine.model_dir import DEMO_MODEL_MARKER
 from server import models
 from server.config import EngineSettings
 
@@ -42,7 +43,35 @@ def test_a_named_model_never_falls_back(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("offline_hub")
-def test_fallback_builds_the_configured_size_into_the_cache(tmp_path: Path) -> None:
+def test_without_real_weights_the_clones_demo_model_is_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / DEMO_MODEL_MARKER).write_text("{}")
+    monkeypatch.setattr(models, "demo_model_dir", lambda: demo)
+    assert asyncio.run(models.choose_model(EngineSettings(), {})) == str(demo)
+    # Asking for a test-model cache asks for the test model.
+    built: list[Path] = []
+
+    async def build(out: Path, size: str) -> None:
+        built.append(out)
+
+    monkeypatch.setattr(models, "build_test_model", build)
+    cache = EngineSettings(test_model_cache=str(tmp_path / "test"), test_model_size="tiny")
+    assert asyncio.run(models.choose_model(cache, {})) == str(tmp_path / "test")
+    assert built == [tmp_path / "test"]
+
+
+def test_the_clone_carries_the_demo_model() -> None:
+    assert (models.demo_model_dir() / DEMO_MODEL_MARKER).is_file()
+
+
+@pytest.mark.usefixtures("offline_hub")
+def test_fallback_builds_the_configured_size_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "demo_model_dir", lambda: tmp_path / "no-demo")  # a wheel
     config = EngineSettings(test_model_size="tiny")
     chosen = Path(asyncio.run(models.choose_model(config, {"XDG_CACHE_HOME": str(tmp_path)})))
     assert chosen == tmp_path / "sensestream" / "models" / "test-tiny"

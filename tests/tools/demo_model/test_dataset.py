@@ -1,0 +1,69 @@
+"""Shards and SenseVoice targets: tags first, in funasr's order, then the text's pieces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from tools.demo_model.dataset import (
+    Example,
+    Targets,
+    frontend,
+    make_example,
+    read_shard,
+    train_tokenizer,
+    write_shard,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> bytes:
+    return train_tokenizer(count=2000, vocab=300)
+
+
+def test_targets_are_language_emotion_event_textnorm_then_text(tokenizer: bytes) -> None:
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    ids = Targets(tokenizer).ids("Your balance is $42.", itn=True, music=True)
+    assert [sp.id_to_piece(int(i)) for i in ids[:4]] == [
+        "<|en|>", "<|NEUTRAL|>", "<|BGM|>", "<|withitn|>",
+    ]  # fmt: skip
+    assert sp.decode(ids[4:].tolist()) == "Your balance is $42."
+    plain = Targets(tokenizer).ids("your balance", itn=False, music=False)
+    assert [sp.id_to_piece(int(i)) for i in plain[2:4]] == ["<|Speech|>", "<|woitn|>"]
+
+
+def test_the_tokenizer_has_sensevoices_layout(tokenizer: bytes) -> None:
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    assert sp.get_piece_size() == 25055
+    assert sp.piece_to_id("<|en|>") == 24885 and sp.piece_to_id("<|woitn|>") == 25017
+
+
+def test_an_example_is_deterministic_and_its_features_are_the_engines(tokenizer: bytes) -> None:
+    targets, front = Targets(tokenizer), frontend()
+    first, again = (make_example(7, 3, targets, front) for _ in range(2))
+    assert np.array_equal(first.feats, again.feats)
+    assert np.array_equal(first.written, again.written)
+    assert first.feats.dtype == np.float16 and first.feats.shape[1] == 560
+    assert make_example(8, 3, targets, front).feats.shape != first.feats.shape
+
+
+def test_a_shard_reads_back_what_was_written(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    examples = [
+        Example(
+            rng.standard_normal((n, 560)).astype(np.float16),
+            np.arange(4 + n % 5, dtype=np.int32),
+            np.arange(6 + n % 3, dtype=np.int32),
+        )
+        for n in (3, 9, 5)
+    ]
+    write_shard(tmp_path / "shard-0000.npz", examples)
+    back = read_shard(tmp_path / "shard-0000.npz")
+    assert [e.feats.shape for e in back] == [(3, 560), (9, 560), (5, 560)]
+    for a, b in zip(examples, back, strict=True):
+        assert np.array_equal(a.feats, b.feats)
+        assert np.array_equal(a.written, b.written) and np.array_equal(a.spoken, b.spoken)
+    assert not list(tmp_path.glob("*.partial*"))

@@ -1,0 +1,49 @@
+"""A trained run becomes a model dir the engine loads as the demo model and decodes alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.loader import BackendOptions, create_backend
+from engine.model_dir import load_model_dir
+from engine.recognizer import Recognizer
+from engine.types import DecodeOptions
+from tests.tools.demo_model.test_training import SMALL, examples
+from tools.demo_model.dataset import train_tokenizer
+from tools.demo_model.evaluate import Decoder
+from tools.demo_model.package import package
+from tools.demo_model.training import TrainConfig, Trainer
+
+
+def test_the_packaged_model_loads_as_the_demo_model_and_decodes_as_training_does(
+    tmp_path: Path,
+) -> None:
+    work, out = tmp_path / "work", tmp_path / "demo"
+    work.mkdir()
+    tokenizer = train_tokenizer(count=500, vocab=200)
+    (work / "tokenizer.bpe.model").write_bytes(tokenizer)
+    trainer = Trainer(work, TrainConfig(steps=2, batch=8, warmup=1, threads=2), SMALL)
+    trainer.run(examples(16), lambda step: {})
+    (work / "eval.json").write_text(json.dumps({"held_out": {"wer_itn": 0.5}}))
+    package(work, out)
+
+    model_dir = load_model_dir(out)
+    assert model_dir.is_demo_model and not model_dir.is_test_model
+    assert model_dir.demo_model and model_dir.demo_model["evaluation"]["held_out"]["wer_itn"] == 0.5
+    weights = torch.load(out / "model.pt", weights_only=True)
+    assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float16}
+
+    # The engine (fp32 torch) and training's decoder agree on the fp16-rounded weights.
+    trainer.model.load_state_dict({k: v.float() for k, v in weights.items()})
+    audio = np.random.default_rng(1).standard_normal(16000).astype(np.float32) * 0.1
+    backend = create_backend(model_dir, BackendOptions(backend="torch", precision="fp32"))
+    recognizer = Recognizer(model_dir, backend)
+    engine_text = recognizer.transcribe([audio], DecodeOptions(language="auto"))[0]
+    feats = recognizer.frontend.features(audio)
+    tags, text = Decoder(trainer.model, tokenizer).decode(feats, itn=True)
+    assert getattr(engine_text, "text", None) == text
+    assert tags[2] == getattr(engine_text, "event", None)

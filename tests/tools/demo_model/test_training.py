@@ -1,0 +1,79 @@
+"""The training loop: its schedule, its batches, its loss going down, and resuming."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tools.demo_model.dataset import Example
+from tools.demo_model.training import (
+    ENCODER_CONF,
+    TrainConfig,
+    Trainer,
+    batches,
+    collate,
+    learning_rate,
+)
+
+#: The demo architecture, shrunk so a test trains it in seconds.
+SMALL = {**ENCODER_CONF, "output_size": 32, "attention_heads": 2, "linear_units": 64}
+SMALL |= {"num_blocks": 1, "tp_blocks": 1}
+
+
+def examples(count: int, seed: int = 0) -> list[Example]:
+    """Made-up examples whose targets follow the features, so the model can learn them."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        frames = int(rng.integers(20, 60))
+        label = int(rng.integers(3, 9))
+        feats = rng.standard_normal((frames, 560)).astype(np.float16)
+        feats[:, :50] += label  # the label is visible in the features
+        tags = [24885, 25004, 24993, 25017]
+        text = np.asarray(tags + [label] * 3, np.int32)
+        out.append(Example(feats, text, text))
+    return out
+
+
+def test_the_rate_warms_up_holds_then_falls_to_a_tenth() -> None:
+    config = TrainConfig(steps=1000, lr=1e-3, warmup=100, decay_from=0.8)
+    assert learning_rate(0, config) == pytest.approx(1e-5)
+    assert learning_rate(99, config) == pytest.approx(1e-3)
+    assert learning_rate(500, config) == pytest.approx(1e-3)
+    assert learning_rate(900, config) == pytest.approx(0.55e-3)
+    assert learning_rate(1000, config) == pytest.approx(1e-4)
+
+
+def test_an_epoch_of_batches_covers_every_example_once_in_similar_lengths() -> None:
+    data = examples(100)
+    epoch = list(batches(data, TrainConfig(batch=8), 0))
+    assert sorted(i for b in epoch for i in b) == list(range(100))
+    assert epoch != list(batches(data, TrainConfig(batch=8), 1))  # reshuffled per epoch
+
+
+def test_collate_pads_features_with_zeros_and_targets_with_minus_one() -> None:
+    data = examples(3)
+    speech, lengths, text, text_lengths = collate(data, random.Random(0), 0.5)
+    assert speech.shape == (3, max(len(e.feats) for e in data), 560)
+    assert lengths.tolist() == [len(e.feats) for e in data]
+    assert (text[:, 7:] == -1).all() and text_lengths.tolist() == [7, 7, 7]
+
+
+def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path: Path) -> None:
+    data = examples(64)
+    config = TrainConfig(steps=12, batch=16, lr=3e-3, warmup=2, checkpoint_every=4, threads=2)
+    Trainer(tmp_path, config, SMALL).run(data, lambda step: {})
+    log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 13))
+    assert np.mean([r["loss"] for r in log[-3:]]) < np.mean([r["loss"] for r in log[:3]])
+
+    resumed = Trainer(tmp_path, dataclasses.replace(config, steps=14), SMALL)
+    assert resumed.step == 12
+    resumed.run(data, lambda step: {})
+    log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log][-2:] == [13, 14]

@@ -1,0 +1,93 @@
+"""`scripts/train_demo_model.py`: data, training, evaluation and packaging, each resumable.
+
+`all` runs the steps in order; each step skips what its work dir already holds, so the
+same command continues a run that an earlier session (or Ctrl-C) stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from server.config import cache_home
+from tools.demo_model import dataset, evaluate
+from tools.demo_model.training import TrainConfig, Trainer
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/train_demo_model.py", description=__doc__)
+    p.add_argument("step", choices=["data", "train", "evaluate", "package", "all"])
+    p.add_argument("--work", type=Path, default=cache_home(os.environ) / "demo-train")
+    p.add_argument("--utterances", type=int, default=10000)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, default=Path("models/demo"))
+    return p
+
+
+def _record_command(work: Path, argv: list[str]) -> None:
+    """Every invocation, so the packaged model can say exactly how it was made."""
+    work.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    line = " ".join(["python scripts/train_demo_model.py", *map(shlex.quote, argv)])
+    with (work / "commands.log").open("a", encoding="utf-8") as log:
+        log.write(f"{stamp} {line}\n")
+
+
+def tokenizer(work: Path) -> bytes:
+    path = work / "tokenizer.bpe.model"
+    if not path.exists():
+        work.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(dataset.train_tokenizer())
+    return path.read_bytes()
+
+
+def eval_sets(work: Path) -> dict[str, list[evaluate.EvalItem]]:
+    path = work / "eval-sets.pkl"
+    if not path.exists():
+        evaluate.save_sets(path, evaluate.eval_sets())
+    return evaluate.load_sets(path)
+
+
+def train(args: argparse.Namespace) -> Trainer:
+    config = TrainConfig(
+        steps=args.steps, batch=args.batch, lr=args.lr, threads=args.threads, seed=args.seed
+    )
+    trainer = Trainer(args.work, config)
+    examples = list(dataset.all_examples(args.work / "shards"))
+    sets, tok = eval_sets(args.work), tokenizer(args.work)
+    print(json.dumps({"examples": len(examples), "resume_at": trainer.step}), flush=True)
+    trainer.run(examples, lambda step: evaluate.evaluate(trainer.model, tok, sets))
+    return trainer
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    _record_command(args.work, sys.argv[1:] if argv is None else list(argv))
+    if args.step in ("data", "all"):
+        tok = tokenizer(args.work)
+        dataset.build(args.work / "shards", args.utterances, args.seed, tok, args.workers)
+        eval_sets(args.work)
+    trainer = None
+    if args.step in ("train", "all"):
+        trainer = train(args)
+    if args.step in ("evaluate", "all"):
+        trainer = trainer or Trainer(args.work, TrainConfig(threads=args.threads))
+        report = evaluate.evaluate(trainer.model, tokenizer(args.work), eval_sets(args.work))
+        (args.work / "eval.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1))
+    if args.step in ("package", "all"):
+        from tools.demo_model.package import package
+
+        package(args.work, args.out)
+    return 0

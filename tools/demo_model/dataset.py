@@ -1,0 +1,175 @@
+"""Feature shards with SenseVoice targets, built in parallel and resumably.
+
+A shard is one `.npz`: the utterances' features (fp16, CMVN applied, exactly as the
+engine's frontend computes them), and for each utterance its token ids in both text-norm
+modes and its event. A target is `[<|en|>, <|NEUTRAL|>, event, itn] + text ids`, as
+funasr's SenseVoiceSmall.forward expects (tags first, then the CTC part).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.frontend import Cmvn, Frontend, FrontendConfig
+from engine.test_model import assets, pad_tokenizer
+from tools.demo_model import augment as augmenting
+from tools.demo_model import texts, voices
+
+SHARD_SIZE = 400
+TAG_PIECES = ("<|en|>", "<|NEUTRAL|>", "<|Speech|>", "<|BGM|>", "<|withitn|>", "<|woitn|>")
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One utterance: features and its two targets (with and without ITN)."""
+
+    feats: np.ndarray  # [frames, 560] fp16
+    written: np.ndarray  # int32 ids, tags first
+    spoken: np.ndarray
+
+
+def frontend() -> Frontend:
+    """The engine's frontend with the real model's CMVN."""
+    return Frontend(FrontendConfig(), Cmvn.from_file(str(assets() / "sensevoice_small/am.mvn")))
+
+
+def train_tokenizer(count: int = 20000, vocab: int = 700, seed: int = 7) -> bytes:
+    """A BPE model of the training text (both forms), padded to SenseVoice's layout."""
+    import sentencepiece as spm
+
+    stream = texts.training(seed)
+    lines = [line for _ in range(count) for line in _forms(next(stream))]
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=buffer,
+        model_type="bpe",
+        vocab_size=vocab,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        num_threads=2,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return pad_tokenizer(buffer.getvalue())
+
+
+def _forms(sentence: texts.Sentence) -> tuple[str, str]:
+    return sentence.written, sentence.spoken
+
+
+class Targets:
+    """Token ids of tags and text, from the padded tokenizer."""
+
+    def __init__(self, tokenizer: bytes) -> None:
+        import sentencepiece as spm
+
+        self._sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+        self._tag = {piece: self._sp.piece_to_id(piece) for piece in TAG_PIECES}
+
+    def ids(self, text: str, *, itn: bool, music: bool) -> np.ndarray:
+        tags = [
+            self._tag["<|en|>"],
+            self._tag["<|NEUTRAL|>"],
+            self._tag["<|BGM|>" if music else "<|Speech|>"],
+            self._tag["<|withitn|>" if itn else "<|woitn|>"],
+        ]
+        return np.asarray(tags + list(self._sp.encode(text)), np.int32)
+
+
+#: Share of examples that are several sentences with pauses between them (up to ~15 s),
+#: so whole-file decoding of a few sentences is within what the model has seen.
+LONG_SHARE = 0.15
+
+
+def make_example(index: int, seed: int, targets: Targets, front: Frontend) -> Example:
+    """Utterance `index` of the training set: deterministic in (seed, index)."""
+    rng = random.Random(seed * 1_000_003 + index)
+    count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
+    sentences = [_training_sentence(rng) for _ in range(count)]
+    voice, prosody = rng.choice(voices.training_voices()), voices.Prosody.random(rng)
+    parts: list[np.ndarray] = []
+    for sentence in sentences:
+        if parts:
+            parts.append(np.zeros(int(rng.uniform(0.3, 1.0) * voices.SAMPLE_RATE), np.float32))
+        parts.append(voices.speak(sentence.spoken, voice, prosody))
+    rough = augmenting.augment(np.concatenate(parts), rng)
+    written = " ".join(s.written for s in sentences)
+    spoken = " ".join(s.spoken for s in sentences)
+    return Example(
+        front.features(rough.audio).astype(np.float16),
+        targets.ids(written, itn=True, music=rough.music),
+        targets.ids(spoken, itn=False, music=rough.music),
+    )
+
+
+def _training_sentence(rng: random.Random) -> texts.Sentence:
+    sentence = texts.sentence(rng)
+    while sentence.held_out:
+        sentence = texts.sentence(rng)
+    return sentence
+
+
+def write_shard(path: Path, examples: Sequence[Example]) -> None:
+    """Save examples as one npz, atomically."""
+    partial = path.with_suffix(".partial.npz")
+    np.savez(
+        partial,
+        frames=np.asarray([len(e.feats) for e in examples], np.int32),
+        feats=np.concatenate([e.feats for e in examples]),
+        written_len=np.asarray([len(e.written) for e in examples], np.int32),
+        written=np.concatenate([e.written for e in examples]),
+        spoken_len=np.asarray([len(e.spoken) for e in examples], np.int32),
+        spoken=np.concatenate([e.spoken for e in examples]),
+    )
+    partial.replace(path)
+
+
+def read_shard(path: Path) -> list[Example]:
+    with np.load(path) as data:
+        feats = np.split(data["feats"], np.cumsum(data["frames"])[:-1])
+        written = np.split(data["written"], np.cumsum(data["written_len"])[:-1])
+        spoken = np.split(data["spoken"], np.cumsum(data["spoken_len"])[:-1])
+    return [Example(f, w, s) for f, w, s in zip(feats, written, spoken, strict=True)]
+
+
+def _build_shard(job: tuple[Path, int, int, bytes]) -> str:
+    path, number, seed, tokenizer = job
+    targets, front = Targets(tokenizer), frontend()
+    start = number * SHARD_SIZE
+    write_shard(path, [make_example(start + i, seed, targets, front) for i in range(SHARD_SIZE)])
+    return path.name
+
+
+def build(out: Path, utterances: int, seed: int, tokenizer: bytes, workers: int) -> None:
+    """Make the shards in `out` that are not there yet."""
+    out.mkdir(parents=True, exist_ok=True)
+    shards = -(-utterances // SHARD_SIZE)
+    jobs = [
+        (out / f"shard-{n:04d}.npz", n, seed, tokenizer)
+        for n in range(shards)
+        if not (out / f"shard-{n:04d}.npz").exists()
+    ]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        for name in pool.imap_unordered(_build_shard, jobs):
+            print(json.dumps({"shard": name}), flush=True)
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("shard-*.npz") if ".partial" not in p.name)
+
+
+def all_examples(folder: Path) -> Iterator[Example]:
+    for path in shard_paths(folder):
+        yield from read_shard(path)

@@ -1,0 +1,216 @@
+"""Fit funasr's SenseVoiceSmall (a small encoder) on the shards; checkpoint often, resume.
+
+The loss is funasr's own `SenseVoiceSmall.forward`: cross-entropy on the four tag frames
+and CTC on the frames after them, with about 20 % of language prompts replaced by `auto`
+inside funasr and SpecAugment (SpecAugLFR, the real config's) on the features.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.torch_model import _sensevoice_class
+from tools.demo_model.dataset import Example
+
+VOCAB_SIZE = 25055
+FEATURE_DIM = 560
+#: The demo encoder: the real architecture (SANM blocks, FSMN memory), smaller.
+ENCODER_CONF: dict[str, Any] = {
+    "output_size": 192,
+    "attention_heads": 4,
+    "linear_units": 768,
+    "num_blocks": 6,
+    "tp_blocks": 1,
+    "dropout_rate": 0.1,
+    "positional_dropout_rate": 0.1,
+    "attention_dropout_rate": 0.1,
+    "input_layer": "pe",
+    "pos_enc_class": "SinusoidalPositionEncoder",
+    "normalize_before": True,
+    "kernel_size": 11,
+    "sanm_shfit": 0,
+    "selfattention_layer_type": "sanm",
+}
+SPECAUG_CONF: dict[str, Any] = {
+    "apply_time_warp": False,
+    "time_warp_window": 5,
+    "time_warp_mode": "bicubic",
+    "apply_freq_mask": True,
+    "freq_mask_width_range": [0, 30],
+    "lfr_rate": 6,
+    "num_freq_mask": 1,
+    "apply_time_mask": True,
+    "time_mask_width_range": [0, 12],
+    "num_time_mask": 1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    steps: int = 3000
+    batch: int = 32
+    lr: float = 1e-3
+    warmup: int = 300
+    decay_from: float = 0.8  # share of `steps` after which the rate falls linearly to 10 %
+    itn_share: float = 0.5  # targets with ITN (written form); the rest spoken
+    checkpoint_every: int = 50
+    threads: int = 2
+    seed: int = 1
+
+
+def build_model(encoder_conf: dict[str, Any] | None = None) -> torch.nn.Module:
+    """The demo model for training: small encoder, SpecAugment on."""
+    return _sensevoice_class()(  # type: ignore[no-any-return]
+        specaug="SpecAugLFR",
+        specaug_conf=SPECAUG_CONF,
+        encoder="SenseVoiceEncoderSmall",
+        encoder_conf=encoder_conf or ENCODER_CONF,
+        input_size=FEATURE_DIM,
+        vocab_size=VOCAB_SIZE,
+        length_normalized_loss=True,
+        ignore_id=-1,
+    )
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Warm up, hold, then fall linearly to a tenth over the last part."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    decay_start = int(config.steps * config.decay_from)
+    if step < decay_start:
+        return config.lr
+    left = max(1, config.steps - decay_start)
+    return config.lr * (1 - 0.9 * min(1.0, (step - decay_start) / left))
+
+
+def batches(examples: Sequence[Example], config: TrainConfig, epoch: int) -> Iterator[list[int]]:
+    """Index batches of similar length: shuffled, sorted within pools, batches shuffled."""
+    rng = random.Random(config.seed * 7919 + epoch)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    pool = config.batch * 32
+    out = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: len(examples[i].feats))
+        out += [chunk[i : i + config.batch] for i in range(0, len(chunk), config.batch)]
+    rng.shuffle(out)
+    yield from out
+
+
+def collate(
+    examples: Sequence[Example], rng: random.Random, itn_share: float
+) -> tuple[torch.Tensor, ...]:
+    """Padded features and targets (-1 pads the targets)."""
+    frames = max(len(e.feats) for e in examples)
+    speech = np.zeros((len(examples), frames, FEATURE_DIM), np.float32)
+    targets = [e.written if rng.random() < itn_share else e.spoken for e in examples]
+    text = np.full((len(examples), max(map(len, targets))), -1, np.int64)
+    for i, (e, t) in enumerate(zip(examples, targets, strict=True)):
+        speech[i, : len(e.feats)] = e.feats
+        text[i, : len(t)] = t
+    return (
+        torch.from_numpy(speech),
+        torch.tensor([len(e.feats) for e in examples], dtype=torch.int32),
+        torch.from_numpy(text),
+        torch.tensor([len(t) for t in targets], dtype=torch.int32),
+    )
+
+
+class Trainer:
+    """One training run in `work`: `ckpt.pt` to resume from, `train.jsonl` as its log."""
+
+    def __init__(
+        self, work: Path, config: TrainConfig, encoder_conf: dict[str, Any] | None = None
+    ) -> None:
+        torch.set_num_threads(config.threads)
+        self.work, self.config = work, config
+        self.encoder_conf = encoder_conf or ENCODER_CONF
+        self.model = build_model(self.encoder_conf)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.01)
+        self.step, self.epoch, self.spent_s = 0, 0, 0.0
+        self._resume()
+
+    def _resume(self) -> None:
+        path = self.work / "ckpt.pt"
+        if path.exists():
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.step, self.epoch, self.spent_s = state["step"], state["epoch"], state["spent_s"]
+
+    def checkpoint(self) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "spent_s": self.spent_s,
+            "config": asdict(self.config),
+            "encoder_conf": self.encoder_conf,
+        }
+        partial = self.work / "ckpt.partial.pt"
+        torch.save(state, partial)
+        partial.replace(self.work / "ckpt.pt")
+
+    def run(self, examples: Sequence[Example], evaluate: Callable[[int], dict[str, Any]]) -> None:
+        """Train until `config.steps`, checkpointing; `evaluate(step)` every 500 steps."""
+        rng = random.Random(self.config.seed + self.step)
+        per_epoch = sum(1 for _ in batches(examples, self.config, 0))
+        while self.step < self.config.steps:
+            skip = self.step - self.epoch * per_epoch
+            for number, indices in enumerate(batches(examples, self.config, self.epoch)):
+                if number < skip:
+                    continue  # already trained on in an earlier run of this epoch
+                if self.step >= self.config.steps:
+                    break
+                self._log(self._train_step([examples[i] for i in indices], rng))
+                if self.step % self.config.checkpoint_every == 0:
+                    self.checkpoint()
+                if self.step % 500 == 0:
+                    self._log({"step": self.step, "eval": evaluate(self.step)})
+            else:
+                self.epoch += 1
+        self.checkpoint()
+
+    def _train_step(self, examples: list[Example], rng: random.Random) -> dict[str, Any]:
+        started = time.perf_counter()
+        lr = learning_rate(self.step, self.config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        speech, speech_lengths, text, text_lengths = collate(examples, rng, self.config.itn_share)
+        # encode() adds the prompt frames to the lengths in place.
+        loss, stats, _ = self.model(speech, speech_lengths.clone(), text, text_lengths)
+        self.optimizer.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)
+        self.optimizer.step()
+        self.step += 1
+        self.spent_s += time.perf_counter() - started
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "lr": round(lr, 6),
+            "loss": round(float(loss), 4),
+            "loss_ctc": round(float(stats["loss_ctc"]), 4),
+            "loss_rich": round(float(stats["loss_rich"]), 4),
+            "acc_rich": round(float(stats["acc_rich"]), 4),
+            "grad_norm": round(float(norm), 3),
+            "spent_s": round(self.spent_s, 1),
+        }
+
+    def _log(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record)
+        with (self.work / "train.jsonl").open("a", encoding="utf-8") as log:
+            log.write(line + "\n")
+        if "eval" in record or record["step"] % 10 == 0:
+            print(line, flush=True)
