@@ -31,6 +31,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--specaug", action="store_true", help="SpecAugment (slows learning)")
+    p.add_argument(
+        "--clean",
+        action="store_true",
+        help="data: an easy set (single sentences, few voices, no noise) in shards-clean/; "
+        "train: train on it (a curriculum's first part)",
+    )
+    p.add_argument("--itn-share", type=float, default=0.5)
+    p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
     return p
 
@@ -61,13 +70,22 @@ def eval_sets(work: Path) -> dict[str, list[evaluate.EvalItem]]:
 
 def train(args: argparse.Namespace) -> Trainer:
     config = TrainConfig(
-        steps=args.steps, batch=args.batch, lr=args.lr, threads=args.threads, seed=args.seed
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        threads=args.threads,
+        seed=args.seed,
+        specaug=args.specaug,
+        itn_share=args.itn_share,
     )
     trainer = Trainer(args.work, config)
-    examples = list(dataset.all_examples(args.work / "shards"))
+    data = "shards-clean" if args.clean else "shards"
+    examples = list(dataset.all_examples(args.work / data))
     sets, tok = eval_sets(args.work), tokenizer(args.work)
     print(json.dumps({"examples": len(examples), "resume_at": trainer.step}), flush=True)
-    trainer.run(examples, lambda step: evaluate.evaluate(trainer.model, tok, sets))
+    trainer.run(
+        examples, lambda step: evaluate.evaluate(trainer.model, tok, sets), data, args.until
+    )
     return trainer
 
 
@@ -76,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _record_command(args.work, sys.argv[1:] if argv is None else list(argv))
     if args.step in ("data", "all"):
         tok = tokenizer(args.work)
-        dataset.build(args.work / "shards", args.utterances, args.seed, tok, args.workers)
+        folder = args.work / ("shards-clean" if args.clean else "shards")
+        dataset.build(folder, args.utterances, args.seed, tok, args.workers, clean=args.clean)
         eval_sets(args.work)
     trainer = None
     if args.step in ("train", "all"):

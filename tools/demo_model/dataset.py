@@ -93,9 +93,22 @@ class Targets:
 LONG_SHARE = 0.15
 
 
-def make_example(index: int, seed: int, targets: Targets, front: Frontend) -> Example:
-    """Utterance `index` of the training set: deterministic in (seed, index)."""
+#: The easy set's voices (a curriculum's first part): a few clear ones.
+CLEAN_VOICES = tuple(
+    voices.Voice("espeak", f"{accent}+{variant}")
+    for accent in ("en-us", "en-gb")
+    for variant in ("m1", "m3", "f1", "f3", "klatt", "david")
+)
+
+
+def make_example(
+    index: int, seed: int, targets: Targets, front: Frontend, clean: bool = False
+) -> Example:
+    """Utterance `index` of the training set: deterministic in (seed, index). `clean`:
+    of the easy set: one sentence, a clear voice at its own pace, silence around it."""
     rng = random.Random(seed * 1_000_003 + index)
+    if clean:
+        return _clean_example(rng, targets, front)
     count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
     sentences = [_training_sentence(rng) for _ in range(count)]
     voice, prosody = rng.choice(voices.training_voices()), voices.Prosody.random(rng)
@@ -111,6 +124,18 @@ def make_example(index: int, seed: int, targets: Targets, front: Frontend) -> Ex
         front.features(rough.audio).astype(np.float16),
         targets.ids(written, itn=True, music=rough.music),
         targets.ids(spoken, itn=False, music=rough.music),
+    )
+
+
+def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Example:
+    sentence = _training_sentence(rng)
+    prosody = voices.Prosody(rng.uniform(0.95, 1.05), rng.uniform(0.9, 1.1))
+    speech = voices.speak(sentence.spoken, rng.choice(CLEAN_VOICES), prosody)
+    audio = np.concatenate([np.zeros(1600, np.float32), speech, np.zeros(3200, np.float32)])
+    return Example(
+        front.features(audio * (0.5 / max(1e-6, float(np.abs(audio).max())))).astype(np.float16),
+        targets.ids(sentence.written, itn=True, music=False),
+        targets.ids(sentence.spoken, itn=False, music=False),
     )
 
 
@@ -144,20 +169,24 @@ def read_shard(path: Path) -> list[Example]:
     return [Example(f, w, s) for f, w, s in zip(feats, written, spoken, strict=True)]
 
 
-def _build_shard(job: tuple[Path, int, int, bytes]) -> str:
-    path, number, seed, tokenizer = job
+def _build_shard(job: tuple[Path, int, int, bytes, bool]) -> str:
+    path, number, seed, tokenizer, clean = job
     targets, front = Targets(tokenizer), frontend()
     start = number * SHARD_SIZE
-    write_shard(path, [make_example(start + i, seed, targets, front) for i in range(SHARD_SIZE)])
+    write_shard(
+        path, [make_example(start + i, seed, targets, front, clean) for i in range(SHARD_SIZE)]
+    )
     return path.name
 
 
-def build(out: Path, utterances: int, seed: int, tokenizer: bytes, workers: int) -> None:
+def build(
+    out: Path, utterances: int, seed: int, tokenizer: bytes, workers: int, *, clean: bool = False
+) -> None:
     """Make the shards in `out` that are not there yet."""
     out.mkdir(parents=True, exist_ok=True)
     shards = -(-utterances // SHARD_SIZE)
     jobs = [
-        (out / f"shard-{n:04d}.npz", n, seed, tokenizer)
+        (out / f"shard-{n:04d}.npz", n, seed, tokenizer, clean)
         for n in range(shards)
         if not (out / f"shard-{n:04d}.npz").exists()
     ]

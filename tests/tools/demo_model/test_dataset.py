@@ -67,3 +67,13 @@ def test_a_shard_reads_back_what_was_written(tmp_path: Path) -> None:
         assert np.array_equal(a.feats, b.feats)
         assert np.array_equal(a.written, b.written) and np.array_equal(a.spoken, b.spoken)
     assert not list(tmp_path.glob("*.partial*"))
+
+
+def test_the_easy_set_is_one_clear_sentence_with_no_music(tokenizer: bytes) -> None:
+    targets, front = Targets(tokenizer), frontend()
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    for index in range(5):
+        example = make_example(index, 4, targets, front, clean=True)
+        assert sp.id_to_piece(int(example.spoken[2])) == "<|Speech|>"
+        assert len(example.feats) < 16.7 * 8  # one sentence, not several
+        assert np.array_equal(example.feats, make_example(index, 4, targets, front, True).feats)

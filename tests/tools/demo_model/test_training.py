@@ -77,3 +77,14 @@ def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path: Path) -
     resumed.run(data, lambda step: {})
     log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log][-2:] == [13, 14]
+
+
+def test_a_run_can_stop_early_and_move_to_other_data_as_a_new_epoch(tmp_path: Path) -> None:
+    config = TrainConfig(steps=10, batch=16, warmup=2, checkpoint_every=2, threads=2)
+    first = Trainer(tmp_path, config, SMALL)
+    first.run(examples(32), lambda step: {}, data="easy", until=4)
+    assert (first.step, first.data) == (4, "easy")
+    later = Trainer(tmp_path, config, SMALL)
+    assert (later.step, later.data, later.epoch) == (4, "easy", first.epoch)
+    later.run(examples(48, seed=1), lambda step: {}, data="full", until=6)
+    assert (later.step, later.data, later.epoch, later.epoch_start) == (6, "full", 0, 4)
