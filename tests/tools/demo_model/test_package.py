@@ -28,12 +28,15 @@ def test_the_packaged_model_loads_as_the_demo_model_and_decodes_as_training_does
     (work / "tokenizer.bpe.model").write_bytes(tokenizer)
     trainer = Trainer(work, TrainConfig(steps=2, batch=8, warmup=1, threads=2), SMALL)
     trainer.run(examples(16), lambda step: {})
-    (work / "eval.json").write_text(json.dumps({"held_out": {"wer_itn": 0.5}}))
+    row = {"utterances": 2, "wer_itn": 0.5, "wer_no_itn": 0.25}
+    row |= {"tags_right_itn": 1.0, "tags_right_no_itn": 0.5}
+    (work / "eval.json").write_text(json.dumps({"held_out": row}))
     package(work, out)
 
     model_dir = load_model_dir(out)
     assert model_dir.is_demo_model and not model_dir.is_test_model
     assert model_dir.demo_model and model_dir.demo_model["evaluation"]["held_out"]["wer_itn"] == 0.5
+    assert "| held_out | 2 | 50.0% | 25.0% | 100% / 50% |" in (out / "README.md").read_text()
     weights = torch.load(out / "model.pt", weights_only=True)
     assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float16}
 
