@@ -126,21 +126,24 @@ def corpus_sentences(rounds: int = 20) -> Iterator[str]:
         yield from random.Random(round_no).sample(base, len(base))
 
 
-def train_bpe() -> bytes:
-    """Train a small BPE sentencepiece model in memory and return its serialized proto."""
+def train_bpe(
+    sentences: Iterator[str] | None = None, vocab: int = TRAINED_VOCAB, threads: int = 1
+) -> bytes:
+    """Train a small BPE sentencepiece model in memory (on the test corpus unless given
+    `sentences`) and return its serialized proto."""
     import sentencepiece as spm
 
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=corpus_sentences(),
+        sentence_iterator=corpus_sentences() if sentences is None else sentences,
         model_writer=buffer,
         model_type="bpe",
-        vocab_size=TRAINED_VOCAB,
+        vocab_size=vocab,
         hard_vocab_limit=False,
         character_coverage=1.0,
         byte_fallback=False,
         normalization_rule_name="identity",
-        num_threads=1,
+        num_threads=threads,
         unk_id=0,
         bos_id=1,
         eos_id=2,

@@ -8,7 +8,6 @@ funasr's SenseVoiceSmall.forward expects (tags first, then the CTC part).
 
 from __future__ import annotations
 
-import io
 import json
 import multiprocessing
 import random
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.frontend import Cmvn, Frontend, FrontendConfig
-from engine.test_model import assets, pad_tokenizer
+from engine.test_model import assets, pad_tokenizer, train_bpe
 from tools.demo_model import augment as augmenting
 from tools.demo_model import texts, voices
 
@@ -43,26 +42,9 @@ def frontend() -> Frontend:
 
 def train_tokenizer(count: int = 20000, vocab: int = 700, seed: int = 7) -> bytes:
     """A BPE model of the training text (both forms), padded to SenseVoice's layout."""
-    import sentencepiece as spm
-
     stream = texts.training(seed)
     lines = [line for _ in range(count) for line in _forms(next(stream))]
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=buffer,
-        model_type="bpe",
-        vocab_size=vocab,
-        character_coverage=1.0,
-        normalization_rule_name="identity",
-        num_threads=2,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
-        minloglevel=2,
-    )
-    return pad_tokenizer(buffer.getvalue())
+    return pad_tokenizer(train_bpe(iter(lines), vocab, threads=2))
 
 
 def _forms(sentence: texts.Sentence) -> tuple[str, str]:
