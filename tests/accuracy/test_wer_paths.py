@@ -17,15 +17,14 @@ from tests.accuracy.conftest import Decoded, Streamed, served_backend, through
 from tests.accuracy.paths import NARROWBAND, WIDEBAND
 from tests.server.conftest import ServerProcess
 
-#: The demo model after 3,000 steps decodes these sentences offline at 28 % WER; a broken
+#: The demo model (4,000 steps) decodes these sentences offline at 17 % WER; a broken
 #: frontend (a swapped CMVN) moves offline and streaming alike, and only this bound sees it.
-MAX_OFFLINE_WER = 0.35
-#: Issue 19 asks for 1 point. With this model, decoding the VAD's segments instead of the
-#: sentences' own spans costs 3 points here (3 of 100 words; the v1, FunASR and file paths
-#: agree with each other exactly, OpenAI's 300 ms padding matches offline). Tighten as the
-#: model improves.
-WIDEBAND_MARGIN = 0.04
-#: As asked: the μ-law paths are within 3 points of v1 at 16 kHz (measured 4 points better).
+MAX_OFFLINE_WER = 0.25
+#: Issue 19 asks for 1 point, and that is what was measured (18 % against 17 %: one word
+#: of 100, from the VAD's segment edges). The test allows 2, so that one word decoded
+#: differently on another CPU's float rounding does not fail it.
+WIDEBAND_MARGIN = 0.02
+#: As asked: the μ-law paths are within 3 points of v1 at 16 kHz (measured 2).
 NARROWBAND_MARGIN = 0.03
 
 
