@@ -26,9 +26,9 @@ def augment(speech: np.ndarray, rng: random.Random) -> Augmented:
     audio = _pad(speech, rng)
     music = rng.random() < 0.15
     if music:
-        audio = _mix(audio, background_music(len(audio), rng), rng.uniform(3, 15))
+        audio = mix(audio, background_music(len(audio), rng), rng.uniform(3, 15))
     if rng.random() < 0.5:
-        audio = _mix(audio, _noise(len(audio), rng), rng.uniform(10, 40))
+        audio = mix(audio, _noise(len(audio), rng), rng.uniform(10, 40))
     if rng.random() < 0.2:
         audio = telephone(audio)
     peak = float(np.max(np.abs(audio))) or 1.0
@@ -41,7 +41,7 @@ def _pad(speech: np.ndarray, rng: random.Random) -> np.ndarray:
     return np.concatenate([np.zeros(before, np.float32), speech, np.zeros(after, np.float32)])
 
 
-def _mix(audio: np.ndarray, other: np.ndarray, snr_db: float) -> np.ndarray:
+def mix(audio: np.ndarray, other: np.ndarray, snr_db: float) -> np.ndarray:
     power = float(np.mean(audio**2)) or 1e-9
     other_power = float(np.mean(other**2)) or 1e-9
     scale = float(np.sqrt(power / (other_power * 10 ** (snr_db / 10))))

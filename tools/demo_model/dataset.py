@@ -43,12 +43,8 @@ def frontend() -> Frontend:
 def train_tokenizer(count: int = 20000, vocab: int = 700, seed: int = 7) -> bytes:
     """A BPE model of the training text (both forms), padded to SenseVoice's layout."""
     stream = texts.training(seed)
-    lines = [line for _ in range(count) for line in _forms(next(stream))]
+    lines = [line for _ in range(count) for s in [next(stream)] for line in (s.written, s.spoken)]
     return pad_tokenizer(train_bpe(iter(lines), vocab, threads=2))
-
-
-def _forms(sentence: texts.Sentence) -> tuple[str, str]:
-    return sentence.written, sentence.spoken
 
 
 class Targets:

@@ -53,7 +53,7 @@ def eval_sets(seed: int = 11, count: int = 60) -> dict[str, list[EvalItem]]:
         audio = voices.speak(s.spoken, voice)
         if music:
             bed = augmenting.background_music(len(audio), rng)
-            audio = augmenting._mix(audio, bed, 8.0)
+            audio = augmenting.mix(audio, bed, 8.0)
             audio = audio / max(1e-6, float(np.abs(audio).max())) * 0.5
         return EvalItem(s, front.features(audio.astype(np.float32)), music)
 
