@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from server.config import cache_home
-from tools.demo_model import dataset, evaluate
+from tools.demo_model import dataset, evaluate, voices
+from tools.demo_model.loss import live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
 
@@ -41,6 +42,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
+    p.add_argument(
+        "--from",
+        dest="warm_from",
+        type=Path,
+        help="train: when the work dir has no checkpoint, begin from this packaged demo "
+        "model (models/demo) and its training log, so a run continues on a new machine",
+    )
     return p
 
 
@@ -68,6 +76,16 @@ def eval_sets(work: Path) -> dict[str, list[evaluate.EvalItem]]:
     return evaluate.load_sets(path)
 
 
+def carry_log(model_dir: Path, work: Path) -> None:
+    """The packaged model's training log and commands, so the new run's log is whole."""
+    for name in ("train.jsonl", "commands.log"):
+        earlier = (model_dir / name).read_text(encoding="utf-8")
+        here = work / name
+        later = here.read_text(encoding="utf-8") if here.exists() else ""
+        if not later.startswith(earlier):
+            here.write_text(earlier + later, encoding="utf-8")
+
+
 def train(args: argparse.Namespace) -> Trainer:
     config = TrainConfig(
         steps=args.steps,
@@ -78,7 +96,9 @@ def train(args: argparse.Namespace) -> Trainer:
         specaug=args.specaug,
         itn_share=args.itn_share,
     )
-    trainer = Trainer(args.work, config)
+    trainer = Trainer(args.work, config, live=live_ids(tokenizer(args.work)))
+    if args.warm_from is not None and trainer.warm_start(args.warm_from):
+        carry_log(args.warm_from, args.work)
     data = "shards-clean" if args.clean else "shards"
     examples = list(dataset.all_examples(args.work / data))
     sets, tok = eval_sets(args.work), tokenizer(args.work)
@@ -91,6 +111,12 @@ def train(args: argparse.Namespace) -> Trainer:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.step != "package":
+        try:
+            voices.check_engines()
+        except voices.MissingSpeechEngine as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     _record_command(args.work, sys.argv[1:] if argv is None else list(argv))
     if args.step in ("data", "all"):
         tok = tokenizer(args.work)

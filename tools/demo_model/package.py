@@ -17,6 +17,7 @@ from engine.test_model import (
     check_tokenizer,
     with_encoder_conf,
 )
+from tools.demo_model.loss import live_ids, mask_dead_rows
 from tools.demo_model.training import ENCODER_CONF
 
 WARNING = (
@@ -39,7 +40,9 @@ def package(work: Path, out: Path) -> None:
     for name in COPIED_FILES:
         (out / name).write_bytes((real / name).read_bytes())
     (out / BPE_MODEL_NAME).write_bytes(tokenizer)
-    weights = {k: v.half() if v.is_floating_point() else v for k, v in state["model"].items()}
+    # Rows no target held were left out of the loss; packaged, they can never win.
+    masked = mask_dead_rows(state["model"], live_ids(tokenizer))
+    weights = {k: v.half() if v.is_floating_point() else v for k, v in masked.items()}
     torch.save(weights, out / "model.pt")
     shutil.copyfile(work / "train.jsonl", out / "train.jsonl")
     if (work / "commands.log").exists():

@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.model_dir import DEMO_MODEL_MARKER
 from engine.torch_model import _sensevoice_class
 from tools.demo_model.dataset import Example
+from tools.demo_model.loss import LiveVocabLoss
 
 VOCAB_SIZE = 25055
 FEATURE_DIM = 560
@@ -86,15 +88,15 @@ def build_model(
     )
 
 
-def learning_rate(step: int, config: TrainConfig) -> float:
-    """Warm up, hold, then fall linearly to a tenth over the last part."""
-    if step < config.warmup:
-        return config.lr * (step + 1) / config.warmup
+def learning_rate(step: int, config: TrainConfig, fresh_at: int = 0) -> float:
+    """Warm up (from `fresh_at`, where the optimizer's state began), hold, then fall
+    linearly to a tenth over the last part."""
+    ramp = min(1.0, (step - fresh_at + 1) / config.warmup)
     decay_start = int(config.steps * config.decay_from)
     if step < decay_start:
-        return config.lr
+        return config.lr * ramp
     left = max(1, config.steps - decay_start)
-    return config.lr * (1 - 0.9 * min(1.0, (step - decay_start) / left))
+    return config.lr * ramp * (1 - 0.9 * min(1.0, (step - decay_start) / left))
 
 
 def batches(examples: Sequence[Example], config: TrainConfig, epoch: int) -> Iterator[list[int]]:
@@ -131,17 +133,27 @@ def collate(
 
 
 class Trainer:
-    """One training run in `work`: `ckpt.pt` to resume from, `train.jsonl` as its log."""
+    """One training run in `work`: `ckpt.pt` to resume from, `train.jsonl` as its log.
+
+    `live`: the output rows a target can hold (`loss.live_ids`); the loss is computed over
+    them alone, which is about half the work of funasr's full-vocabulary forward.
+    """
 
     def __init__(
-        self, work: Path, config: TrainConfig, encoder_conf: dict[str, Any] | None = None
+        self,
+        work: Path,
+        config: TrainConfig,
+        encoder_conf: dict[str, Any] | None = None,
+        live: torch.Tensor | None = None,
     ) -> None:
         torch.set_num_threads(config.threads)
         self.work, self.config = work, config
         self.encoder_conf = encoder_conf or ENCODER_CONF
         self.model = build_model(self.encoder_conf, config.specaug)
+        self.loss = None if live is None else LiveVocabLoss(live, VOCAB_SIZE)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.01)
         self.step, self.epoch, self.spent_s = 0, 0, 0.0
+        self.fresh_at = 0  # the step the optimizer's state began at (a warm start's)
         # The step the current epoch began at, and the data it is an epoch of: a run can
         # move to other data (an easier set first), which starts a new epoch count.
         self.epoch_start: int | None = 0
@@ -156,6 +168,20 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.step, self.epoch, self.spent_s = state["step"], state["epoch"], state["spent_s"]
             self.epoch_start, self.data = state.get("epoch_start"), state.get("data", "shards")
+            self.fresh_at = state.get("fresh_at", 0)
+
+    def warm_start(self, model_dir: Path) -> bool:
+        """Begin from a packaged demo model's weights when this work dir has no run yet
+        (its optimizer state is gone, so the rate warms up again). True if it did."""
+        if self.step:
+            return False
+        weights = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True)
+        self.model.load_state_dict({k: v.float() for k, v in weights.items()})
+        marker = json.loads((model_dir / DEMO_MODEL_MARKER).read_text())
+        self.step = self.fresh_at = int(marker["steps"])
+        self.spent_s = float(marker.get("training_cpu_s", 0.0))
+        self.epoch, self.epoch_start, self.data = 0, self.step, ""
+        return True
 
     def checkpoint(self) -> None:
         state = {
@@ -166,6 +192,7 @@ class Trainer:
             "spent_s": self.spent_s,
             "epoch_start": self.epoch_start,
             "data": self.data,
+            "fresh_at": self.fresh_at,
             "config": asdict(self.config),
             "encoder_conf": self.encoder_conf,
         }
@@ -206,13 +233,16 @@ class Trainer:
 
     def _train_step(self, examples: list[Example], rng: random.Random) -> dict[str, Any]:
         started = time.perf_counter()
-        lr = learning_rate(self.step, self.config)
+        lr = learning_rate(self.step, self.config, self.fresh_at)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
         speech, speech_lengths, text, text_lengths = collate(examples, rng, self.config.itn_share)
-        # encode() adds the prompt frames to the lengths in place.
-        loss, stats, _ = self.model(speech, speech_lengths.clone(), text, text_lengths)
+        if self.loss is None:
+            # encode() adds the prompt frames to the lengths in place.
+            loss, stats, _ = self.model(speech, speech_lengths.clone(), text, text_lengths)
+        else:
+            loss, stats = self.loss(self.model, speech, speech_lengths, text, text_lengths)
         self.optimizer.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 5.0)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from engine.loader import BackendOptions, create_backend
@@ -13,10 +14,12 @@ from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
 from tests.tools.demo_model.test_training import SMALL, examples
+from tools.demo_model.cli import carry_log
 from tools.demo_model.dataset import train_tokenizer
 from tools.demo_model.evaluate import Decoder
+from tools.demo_model.loss import DEAD_BIAS, live_ids
 from tools.demo_model.package import package
-from tools.demo_model.training import TrainConfig, Trainer
+from tools.demo_model.training import VOCAB_SIZE, TrainConfig, Trainer
 
 
 def test_the_packaged_model_loads_as_the_demo_model_and_decodes_as_training_does(
@@ -50,3 +53,35 @@ def test_the_packaged_model_loads_as_the_demo_model_and_decodes_as_training_does
     tags, text = Decoder(trainer.model, tokenizer).decode(feats, itn=True)
     assert getattr(engine_text, "text", None) == text
     assert tags[2] == getattr(engine_text, "event", None)
+
+
+def test_a_new_machine_continues_from_the_packaged_model(tmp_path: Path) -> None:
+    work, out, later = tmp_path / "work", tmp_path / "demo", tmp_path / "later"
+    work.mkdir()
+    tokenizer = train_tokenizer(count=500, vocab=200)
+    (work / "tokenizer.bpe.model").write_bytes(tokenizer)
+    (work / "commands.log").write_text("t0 python scripts/train_demo_model.py train\n")
+    config = TrainConfig(steps=6, batch=8, warmup=2, threads=2)
+    Trainer(work, config, SMALL).run(examples(16), lambda step: {}, until=3)
+    package(work, out)
+    weights = torch.load(out / "model.pt", weights_only=True)
+    dead = torch.ones(VOCAB_SIZE, dtype=torch.bool)
+    dead[live_ids(tokenizer)] = False
+    assert (weights["ctc.ctc_lo.bias"][dead] == DEAD_BIAS).all()
+
+    later.mkdir()
+    (later / "commands.log").write_text("t1 python scripts/train_demo_model.py data\n")
+    resumed = Trainer(later, config, SMALL, live=live_ids(tokenizer))
+    assert resumed.warm_start(out)
+    assert (resumed.step, resumed.fresh_at) == (3, 3)
+    assert torch.equal(
+        resumed.model.state_dict()["ctc.ctc_lo.bias"], weights["ctc.ctc_lo.bias"].float()
+    )
+    carry_log(out, later)
+    resumed.run(examples(16), lambda step: {})
+    log = [json.loads(line) for line in (later / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+    assert log[3]["lr"] == pytest.approx(config.lr / 2)  # warms up again: fresh optimizer
+    commands = (later / "commands.log").read_text().splitlines()
+    assert [c.split()[0] for c in commands] == ["t0", "t1"]
+    assert not Trainer(later, config, SMALL).warm_start(out)  # a run exists: resume it

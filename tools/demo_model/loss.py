@@ -1,0 +1,94 @@
+"""SenseVoice's training loss over the pieces that can occur, not all 25,055.
+
+The demo tokenizer has about 700 trained pieces; the rest of SenseVoice's vocabulary is
+padding (fillers and other languages' tags) that no target ever holds. funasr's own
+`SenseVoiceSmall.forward` projects every frame onto all 25,055 rows, which is most of a
+training step's work at this encoder size. Here the output layer is sliced to the live
+rows: the same CTC and tag cross-entropy as funasr's (sum over the batch / batch size;
+tag loss per token), as if the dead rows' logits were minus infinity. `mask_dead_rows`
+makes that true of the packaged weights, so decoding over the full vocabulary agrees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+
+from tools.demo_model.dataset import TAG_PIECES
+
+#: The logit bias of a dead row in the packaged model: far below any live logit, and
+#: representable in fp16.
+DEAD_BIAS = -1.0e4
+
+
+def live_ids(tokenizer: bytes) -> torch.Tensor:
+    """Sorted ids a target can hold: the trained pieces (blank 0 among them) and the tags.
+
+    `engine.test_model.pad_tokenizer` puts the trained pieces first, then fillers scored
+    below -1e6 (which no encoding picks), then SenseVoice's special range."""
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    size = sp.get_piece_size()
+    trained = next((i for i in range(size) if sp.get_score(i) < -1.0e5), size)
+    tags = [sp.piece_to_id(piece) for piece in TAG_PIECES]
+    return torch.tensor(sorted(set(range(trained)) | set(tags)), dtype=torch.long)
+
+
+class LiveVocabLoss:
+    """CTC + tag cross-entropy with the output layer restricted to `live` rows."""
+
+    def __init__(self, live: torch.Tensor, vocab_size: int) -> None:
+        self.live = live
+        index = torch.full((vocab_size,), -1, dtype=torch.long)
+        index[live] = torch.arange(len(live))
+        self._index = index
+
+    def __call__(
+        self,
+        model: Any,
+        speech: torch.Tensor,
+        speech_lengths: torch.Tensor,
+        text: torch.Tensor,
+        text_lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        # encode() adds the four prompt frames to the lengths in place.
+        out, out_lens = model.encode(speech, speech_lengths.clone(), text)
+        linear = model.ctc.ctc_lo
+        weight, bias = linear.weight[self.live], linear.bias[self.live]
+        targets = self._local(text)
+        hidden = F.dropout(out[:, 4:], p=model.ctc.dropout_rate, training=model.training)
+        ctc = self._ctc(
+            F.linear(hidden, weight, bias), out_lens - 4, targets[:, 4:], text_lengths - 4
+        )
+        tag_logits = F.linear(out[:, :4], weight, bias)
+        rich = F.cross_entropy(tag_logits.reshape(-1, len(self.live)), targets[:, :4].reshape(-1))
+        accuracy = (tag_logits.argmax(-1) == targets[:, :4]).float().mean()
+        stats = {"loss_ctc": ctc.item(), "loss_rich": rich.item(), "acc_rich": accuracy.item()}
+        return ctc + rich, stats
+
+    def _local(self, text: torch.Tensor) -> torch.Tensor:
+        mapped = torch.where(text >= 0, self._index[text.clamp(min=0)], text)
+        if bool(((text >= 0) & (mapped < 0)).any()):
+            raise ValueError("a target holds a piece outside the live vocabulary")
+        return mapped
+
+    @staticmethod
+    def _ctc(
+        logits: torch.Tensor, lengths: torch.Tensor, targets: torch.Tensor, counts: torch.Tensor
+    ) -> torch.Tensor:
+        """funasr's CTC: summed over the batch, divided by its size."""
+        log_probs = logits.log_softmax(-1).transpose(0, 1)
+        flat = torch.cat([targets[i, :n] for i, n in enumerate(counts.tolist())])
+        loss = F.ctc_loss(log_probs, flat, lengths, counts, reduction="none")
+        return loss.sum() / logits.size(0)
+
+
+def mask_dead_rows(state: dict[str, torch.Tensor], live: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state with every output row outside `live` unable to win: weight 0, bias low."""
+    weight, bias = state["ctc.ctc_lo.weight"].clone(), state["ctc.ctc_lo.bias"].clone()
+    dead = torch.ones(len(bias), dtype=torch.bool)
+    dead[live] = False
+    weight[dead], bias[dead] = 0.0, DEAD_BIAS
+    return {**state, "ctc.ctc_lo.weight": weight, "ctc.ctc_lo.bias": bias}
