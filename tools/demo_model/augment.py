@@ -36,8 +36,18 @@ def augment(speech: np.ndarray, rng: random.Random) -> Augmented:
     return Augmented(audio.astype(np.float32), music)
 
 
+#: Share of edges left bare. Were every plain utterance padded with silence, music (which
+#: fills the whole length) would be the only audio with sound at its edges, and the model
+#: learns that shortcut: at 4,500 steps it called 30 % of bare clean sentences BGM and none
+#: of the same sentences with 0.2 s of silence around them.
+BARE_EDGE_SHARE = 0.3
+
+
 def _pad(speech: np.ndarray, rng: random.Random) -> np.ndarray:
-    before, after = (int(rng.uniform(0.05, 0.4) * SAMPLE_RATE) for _ in range(2))
+    before, after = (
+        0 if rng.random() < BARE_EDGE_SHARE else int(rng.uniform(0.05, 0.4) * SAMPLE_RATE)
+        for _ in range(2)
+    )
     return np.concatenate([np.zeros(before, np.float32), speech, np.zeros(after, np.float32)])
 
 

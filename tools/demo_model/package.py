@@ -17,7 +17,7 @@ from engine.test_model import (
     check_tokenizer,
     with_encoder_conf,
 )
-from tools.demo_model.loss import live_ids, mask_dead_rows
+from tools.demo_model.loss import DEAD_BIAS, live_ids, mask_dead_rows
 from tools.demo_model.training import ENCODER_CONF
 
 WARNING = (
@@ -94,7 +94,10 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             f"- Training: {marker['steps']} steps of batch {config['batch']}, peak rate "
             f"{config['lr']}, {marker['training_cpu_s'] / 3600:.1f} CPU-hours on 2 cores. "
             "The commands are in `commands.log`, every step in `train.jsonl`.",
-            "- Weights: fp16 (`model.pt`); the engine loads them as fp32.",
+            "- Weights: fp16 (`model.pt`); the engine loads them as fp32. Only the output rows",
+            "  of the trained pieces and the six tags it uses were trained (the rest of the",
+            "  vocabulary is padding no target holds); the others have weight 0 and bias",
+            f"  {DEAD_BIAS:g}, so greedy decoding never picks them.",
             "",
             "Held-out sentences, greedy decoding, language `auto`",
             "(`tools/demo_model/evaluate.py`):",

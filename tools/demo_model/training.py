@@ -169,6 +169,17 @@ class Trainer:
             self.step, self.epoch, self.spent_s = state["step"], state["epoch"], state["spent_s"]
             self.epoch_start, self.data = state.get("epoch_start"), state.get("data", "shards")
             self.fresh_at = state.get("fresh_at", 0)
+            self._forget_log_after(self.step)
+
+    def _forget_log_after(self, step: int) -> None:
+        """Drop log lines of steps the checkpoint does not hold: a run killed between
+        checkpoints trained them, and this run trains them again."""
+        log = self.work / "train.jsonl"
+        if log.exists():
+            lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [line for line in lines if json.loads(line)["step"] <= step]
+            if len(kept) < len(lines):
+                log.write_text("".join(kept), encoding="utf-8")
 
     def warm_start(self, model_dir: Path) -> bool:
         """Begin from a packaged demo model's weights when this work dir has no run yet

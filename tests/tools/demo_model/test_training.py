@@ -88,3 +88,15 @@ def test_a_run_can_stop_early_and_move_to_other_data_as_a_new_epoch(tmp_path: Pa
     assert (later.step, later.data, later.epoch) == (4, "easy", first.epoch)
     later.run(examples(48, seed=1), lambda step: {}, data="full", until=6)
     assert (later.step, later.data, later.epoch, later.epoch_start) == (6, "full", 0, 4)
+
+
+def test_a_run_killed_between_checkpoints_logs_each_step_once(tmp_path: Path) -> None:
+    config = TrainConfig(steps=8, batch=16, warmup=2, checkpoint_every=3, threads=2)
+    Trainer(tmp_path, config, SMALL).run(examples(32), lambda step: {}, until=5)
+    # As if killed after step 7 was logged and before its checkpoint at step 9.
+    with (tmp_path / "train.jsonl").open("a") as log:
+        log.writelines(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (6, 7))
+    resumed = Trainer(tmp_path, config, SMALL)
+    resumed.run(examples(32), lambda step: {})
+    log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 9))
