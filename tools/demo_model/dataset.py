@@ -89,7 +89,7 @@ def make_example(
         return _clean_example(rng, targets, front)
     count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
     sentences = [_training_sentence(rng) for _ in range(count)]
-    voice, prosody = rng.choice(voices.training_voices()), voices.Prosody.random(rng)
+    voice, prosody = voices.pick_training_voice(rng), voices.Prosody.random(rng)
     parts: list[np.ndarray] = []
     for sentence in sentences:
         if parts:

@@ -57,6 +57,21 @@ def training_voices() -> list[Voice]:
     return voices
 
 
+#: Share of training utterances in a flite voice. flite's four are a few of some fifty
+#: voices: drawn uniformly they made 9 % of the data, and at 5,000 steps the unseen flite
+#: voice (rms) had 40 % WER against 11 % for the unseen espeak one.
+FLITE_SHARE = 0.35
+
+
+def pick_training_voice(rng: random.Random) -> Voice:
+    """A training voice: flite's `FLITE_SHARE` of the time when flite is installed."""
+    pool = training_voices()
+    flite = [v for v in pool if v.engine == "flite"]
+    if flite and rng.random() < FLITE_SHARE:
+        return rng.choice(flite)
+    return rng.choice([v for v in pool if v.engine == "espeak"])
+
+
 class MissingSpeechEngine(RuntimeError):
     """espeak-ng or flite is not installed."""
 

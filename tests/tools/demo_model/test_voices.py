@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
@@ -32,3 +33,22 @@ def test_without_flite_the_cli_stops_before_making_data(
     work = tmp_path / "work"
     assert cli.main(["data", "--work", str(work), "--utterances", "10"]) == 2
     assert "flite" in capsys.readouterr().err and not work.exists()
+
+
+def test_flite_voices_get_their_share_of_training_when_installed() -> None:
+    if shutil.which("flite") is None:
+        pytest.skip("flite is not installed")
+    rng = random.Random(0)
+    drawn = [voices.pick_training_voice(rng) for _ in range(2000)]
+    share = sum(v.engine == "flite" for v in drawn) / len(drawn)
+    assert abs(share - voices.FLITE_SHARE) < 0.04
+    assert {v.name for v in drawn if v.engine == "flite"} == set(voices.FLITE_VOICES)
+    assert not set(drawn) & set(voices.UNSEEN)
+
+
+def test_without_flite_every_training_voice_is_espeak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_espeak(tmp_path, monkeypatch)
+    rng = random.Random(0)
+    assert {voices.pick_training_voice(rng).engine for _ in range(200)} == {"espeak"}
