@@ -121,6 +121,18 @@ class CtcArgmax(nn.Module):
         language: torch.Tensor,
         textnorm: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        encoder_out, out_lens = self.encode(speech, speech_lengths, language, textnorm)
+        ids = self.ctc_lo(encoder_out).argmax(dim=-1).to(torch.int32)
+        return ids, out_lens.to(torch.int32)
+
+    def encode(
+        self,
+        speech: torch.Tensor,
+        speech_lengths: torch.Tensor,
+        language: torch.Tensor,
+        textnorm: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The encoder's output after the four prompt frames are put in front."""
         batch = speech.size(0)
         language_query = self.embed(language.long()).unsqueeze(1)
         textnorm_query = self.embed(textnorm.long()).unsqueeze(1)
@@ -131,8 +143,7 @@ class CtcArgmax(nn.Module):
         encoder_out, out_lens = self.encoder(x, speech_lengths + 4)
         if isinstance(encoder_out, tuple):
             encoder_out = encoder_out[0]
-        ids = self.ctc_lo(encoder_out).argmax(dim=-1).to(torch.int32)
-        return ids, out_lens.to(torch.int32)
+        return encoder_out, out_lens
 
 
 def _submodule(parent: nn.Module, name: str, kind: type[_M]) -> _M:

@@ -1,0 +1,45 @@
+"""One scenario through our engine (ONNX, as the server runs it): `python -m
+tools.bench_peers.ours_worker --model DIR ...`; `--precision` as the server's."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from tools.bench_peers import scenarios
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    precision = "int8"
+    if "--precision" in argv:
+        at = argv.index("--precision")
+        precision = argv[at + 1]
+        del argv[at : at + 2]
+    args = scenarios.worker_args(argv)
+    from engine.loader import BackendOptions, create_backend
+    from engine.model_dir import resolve_model
+    from engine.recognizer import Recognizer
+    from engine.types import DecodeOptions, Transcript
+
+    started = time.perf_counter()
+    model_dir = resolve_model(args.model)
+    options = BackendOptions("onnx", precision, "cpu", args.threads)
+    recognizer = Recognizer(model_dir, create_backend(model_dir, options))
+    load_s = time.perf_counter() - started
+    decode_options = DecodeOptions(language="auto", itn=True)
+
+    def decode(clips: list[np.ndarray]) -> list[str]:
+        results = recognizer.transcribe(clips, decode_options, batch_size=len(clips))
+        return [r.text if isinstance(r, Transcript) else f"<error {r}>" for r in results]
+
+    clips = scenarios.load_clips(args.clips)
+    scenarios.report(scenarios.run(decode, clips, args.scenario), load_s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
