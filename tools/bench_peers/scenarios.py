@@ -14,6 +14,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -66,8 +67,19 @@ def _latency_clip(clips: Sequence[np.ndarray]) -> np.ndarray:
     return whole[: int(LATENCY_S * SAMPLE_RATE)]
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident set (Linux reports KiB)."""
+def peak_rss_bytes(status: Path = Path("/proc/self/status")) -> int:
+    """This process's peak resident set since it exec'd.
+
+    Not getrusage's ru_maxrss: Linux carries that across fork and exec, so every worker
+    would report at least its parent's size (the benchmark's, with torch loaded).
+    VmHWM belongs to the address space, which exec replaces.
+    """
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,3 +66,14 @@ def test_a_worker_reports_one_json_line_with_its_peak_rss(
     scenarios.report({"wall_s": 1.0}, load_s=0.5)
     line = json.loads(capsys.readouterr().out)
     assert line["load_s"] == 0.5 and line["peak_rss_bytes"] > 10 * 2**20
+
+
+def test_a_workers_peak_rss_is_its_own_not_its_parents(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ballast = np.ones(300 * 2**20 // 8)  # the parent holds 300 MB more than the child
+    code = "from tools.bench_peers.scenarios import peak_rss_bytes; print(peak_rss_bytes())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(child.stdout) < scenarios.peak_rss_bytes() - 200 * 2**20
+    assert ballast.sum() > 0
