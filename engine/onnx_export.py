@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -44,14 +45,6 @@ def derive_variants(fp32: Path, target: Path, *, int8: bool, fp16: bool) -> dict
 
 
 def _export_fp32(model_dir: ModelDir, path: Path) -> None:
-    model = load_ctc_argmax(model_dir)
-    # Two items of different lengths so the exporter sees real padding and masks.
-    dummy = (
-        torch.randn(2, 30, FEATURE_DIM),
-        torch.tensor([30, 17], dtype=torch.int32),
-        torch.tensor([0, 4], dtype=torch.int32),
-        torch.tensor([14, 15], dtype=torch.int32),
-    )
     axes = {
         "speech": {0: "batch", 1: "frames"},
         "speech_lengths": {0: "batch"},
@@ -60,26 +53,49 @@ def _export_fp32(model_dir: ModelDir, path: Path) -> None:
         "token_ids": {0: "batch", 1: "out_frames"},
         "token_lens": {0: "batch"},
     }
+    model = load_ctc_argmax(model_dir)
+    _atomic(
+        path,
+        lambda tmp: trace_to_onnx(
+            model, tmp, input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, axes=axes, opset=OPSET
+        ),
+    )
 
-    def write(tmp: Path) -> None:
-        with torch.inference_mode(), warnings.catch_warnings():
-            # The exporter warns once per Slice it cannot fold; the graph is still right.
-            warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
-            # dynamo=False: torch 2.13 defaults to the dynamo exporter, which needs
-            # onnxscript; the TorchScript exporter handles this model.
-            torch.onnx.export(
-                model,
-                dummy,
-                str(tmp),
-                input_names=list(INPUT_NAMES),
-                output_names=list(OUTPUT_NAMES),
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                do_constant_folding=True,
-                dynamo=False,
-            )
 
-    _atomic(path, write)
+def trace_to_onnx(
+    module: torch.nn.Module,
+    path: Path,
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    axes: Mapping[str, Mapping[int, str]],
+    opset: int,
+) -> None:
+    """Export a module that takes SenseVoice's four inputs (features, lengths, language,
+    text norm) with the TorchScript exporter."""
+    # Two items of different lengths so the exporter sees real padding and masks.
+    dummy = (
+        torch.randn(2, 30, FEATURE_DIM),
+        torch.tensor([30, 17], dtype=torch.int32),
+        torch.tensor([0, 4], dtype=torch.int32),
+        torch.tensor([14, 15], dtype=torch.int32),
+    )
+    with torch.inference_mode(), warnings.catch_warnings():
+        # The exporter warns once per Slice it cannot fold; the graph is still right.
+        warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
+        # dynamo=False: torch 2.13 defaults to the dynamo exporter, which needs
+        # onnxscript; the TorchScript exporter handles this model.
+        torch.onnx.export(
+            module.eval(),
+            dummy,
+            str(path),
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_axes={k: dict(v) for k, v in axes.items()},
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
 
 
 def quantize_int8(src: Path, dst: Path) -> None:

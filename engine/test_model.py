@@ -158,6 +158,10 @@ def special_piece(piece_id: int) -> str:
     return SPECIAL_TOKENS.get(piece_id, f"<|reserved_{piece_id}|>")
 
 
+#: The score of padding pieces (minus their id): no encoding ever picks them.
+FILLER_SCORE = -1.0e6
+
+
 def pad_tokenizer(trained: bytes) -> bytes:
     """Pad a trained model to VOCAB_SIZE pieces: NORMAL fillers, then the special range."""
     # The generated protobuf module has no type information.
@@ -173,7 +177,7 @@ def pad_tokenizer(trained: bytes) -> bytes:
         piece = proto.pieces.add()
         if piece_id < SPECIAL_START:
             piece.piece = f"▁w{piece_id}"
-            piece.score = -1.0e6 - piece_id
+            piece.score = FILLER_SCORE - piece_id
             piece.type = pb.ModelProto.SentencePiece.NORMAL
         else:
             piece.piece = special_piece(piece_id)

@@ -3,7 +3,6 @@ tools.bench_peers.ours_worker --model DIR ...`; `--precision` as the server's.""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 
@@ -13,12 +12,6 @@ from tools.bench_peers import scenarios
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    precision = "int8"
-    if "--precision" in argv:
-        at = argv.index("--precision")
-        precision = argv[at + 1]
-        del argv[at : at + 2]
     args = scenarios.worker_args(argv)
     from engine.loader import BackendOptions, create_backend
     from engine.model_dir import resolve_model
@@ -27,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.perf_counter()
     model_dir = resolve_model(args.model)
-    options = BackendOptions("onnx", precision, "cpu", args.threads)
+    options = BackendOptions("onnx", args.precision, "cpu", args.threads)
     recognizer = Recognizer(model_dir, create_backend(model_dir, options))
     load_s = time.perf_counter() - started
     decode_options = DecodeOptions(language="auto", itn=True)

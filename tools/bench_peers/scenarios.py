@@ -90,6 +90,7 @@ def worker_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", default="", help="sherpa only")
+    parser.add_argument("--precision", default="int8", help="ours only (sherpa's is the file)")
     return parser.parse_args(argv)
 
 

@@ -10,23 +10,23 @@ text, which is why `tests/tools/bench_peers` decodes through sherpa and checks t
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from engine.frontend import Cmvn
+from engine.frontend import Frontend
 from engine.model_dir import ModelDir
-from engine.onnx_export import quantize_int8
+from engine.onnx_export import quantize_int8, trace_to_onnx
 from engine.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_INDEX
 from engine.tokenizer import Tokenizer
-from engine.torch_model import FEATURE_DIM, CtcArgmax, load_ctc_argmax
+from engine.torch_model import CtcArgmax, load_ctc_argmax
 
-#: sherpa's reference exporter's opset.
+#: sherpa's reference exporter's opset, inputs and dynamic axes.
 OPSET = 13
-LFR_WINDOW, LFR_SHIFT = 7, 6
+INPUTS = ("x", "x_length", "language", "text_norm")
+AXES = {name: {0: "N"} for name in INPUTS[1:]} | {"x": {0: "N", 1: "T"}, "logits": {0: "N", 1: "T"}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +60,15 @@ def export_sherpa(model_dir: ModelDir, out: Path, *, int8: bool) -> SherpaModel:
     """Write `model.onnx` (or `model.int8.onnx`) and `tokens.txt` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
-    meta = metadata(Cmvn.from_file(model_dir.cmvn_path), tokenizer.vocab_size)
+    meta = metadata(Frontend.from_model_dir(model_dir.path), tokenizer.vocab_size)
     fp32 = out / "model.onnx"
     if not fp32.exists():
-        _export(SherpaLogits(load_ctc_argmax(model_dir)), out / "model.tmp.onnx")
-        _with_metadata(out / "model.tmp.onnx", meta).replace(fp32)
+        module = SherpaLogits(load_ctc_argmax(model_dir))
+        tmp = out / "model.tmp.onnx"
+        trace_to_onnx(
+            module, tmp, input_names=INPUTS, output_names=["logits"], axes=AXES, opset=OPSET
+        )
+        _with_metadata(tmp, meta).replace(fp32)
     model = fp32
     if int8:
         model = out / "model.int8.onnx"
@@ -77,44 +81,20 @@ def export_sherpa(model_dir: ModelDir, out: Path, *, int8: bool) -> SherpaModel:
     return SherpaModel(model, tokens)
 
 
-def _export(module: nn.Module, path: Path) -> None:
-    dummy = (
-        torch.randn(2, 30, FEATURE_DIM),
-        torch.tensor([30, 17], dtype=torch.int32),
-        torch.tensor([0, 4], dtype=torch.int32),
-        torch.tensor([14, 15], dtype=torch.int32),
-    )
-    axes = {name: {0: "N"} for name in ("x_length", "language", "text_norm")}
-    axes |= {"x": {0: "N", 1: "T"}, "logits": {0: "N", 1: "T"}}
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
-        torch.onnx.export(
-            module.eval(),
-            dummy,
-            str(path),
-            input_names=["x", "x_length", "language", "text_norm"],
-            output_names=["logits"],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-
-
-def metadata(cmvn: Cmvn, vocab_size: int) -> dict[str, str]:
+def metadata(frontend: Frontend, vocab_size: int) -> dict[str, str]:
     """Every key sherpa-onnx 1.12.40 reads (all required but `comment` and `blank_id`)."""
     values: dict[str, object] = {
         "model_type": "sense_voice_ctc",
         "comment": "SenseStream export of SenseVoiceSmall weights",
         "vocab_size": vocab_size,
         "blank_id": 0,
-        "lfr_window_size": LFR_WINDOW,
-        "lfr_window_shift": LFR_SHIFT,
+        "lfr_window_size": frontend.config.lfr_m,
+        "lfr_window_shift": frontend.config.lfr_n,
         "normalize_samples": 0,  # sherpa scales samples by 32768, as funasr does
         "with_itn": WITH_ITN_INDEX,
         "without_itn": WITHOUT_ITN_INDEX,
-        "neg_mean": ",".join(str(float(v)) for v in cmvn.shift),
-        "inv_stddev": ",".join(str(float(v)) for v in cmvn.scale),
+        "neg_mean": ",".join(str(float(v)) for v in frontend.cmvn.shift),
+        "inv_stddev": ",".join(str(float(v)) for v in frontend.cmvn.scale),
     }
     values |= {f"lang_{name}": index for name, index in LANGUAGE_INDEX.items()}
     return {key: str(value) for key, value in values.items()}

@@ -96,12 +96,13 @@ def train(args: argparse.Namespace) -> Trainer:
         specaug=args.specaug,
         itn_share=args.itn_share,
     )
-    trainer = Trainer(args.work, config, live=live_ids(tokenizer(args.work)))
+    tok = tokenizer(args.work)
+    trainer = Trainer(args.work, config, live=live_ids(tok))
     if args.warm_from is not None and trainer.warm_start(args.warm_from):
         carry_log(args.warm_from, args.work)
     data = "shards-clean" if args.clean else "shards"
     examples = list(dataset.all_examples(args.work / data))
-    sets, tok = eval_sets(args.work), tokenizer(args.work)
+    sets = eval_sets(args.work)
     print(json.dumps({"examples": len(examples), "resume_at": trainer.step}), flush=True)
     trainer.run(
         examples, lambda step: evaluate.evaluate(trainer.model, tok, sets), data, args.until

@@ -17,6 +17,7 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
+from engine.test_model import FILLER_SCORE
 from tools.demo_model.dataset import TAG_PIECES
 
 #: The logit bias of a dead row in the packaged model: far below any live logit, and
@@ -28,10 +29,10 @@ def live_ids(tokenizer: bytes) -> torch.Tensor:
     """Sorted ids a target can hold: the trained pieces (blank 0 among them) and the tags.
 
     `engine.test_model.pad_tokenizer` puts the trained pieces first, then fillers scored
-    below -1e6 (which no encoding picks), then SenseVoice's special range."""
+    at or below FILLER_SCORE (which no encoding picks), then SenseVoice's special range."""
     sp = spm.SentencePieceProcessor(model_proto=tokenizer)
     size = sp.get_piece_size()
-    trained = next((i for i in range(size) if sp.get_score(i) < -1.0e5), size)
+    trained = next((i for i in range(size) if sp.get_score(i) <= FILLER_SCORE), size)
     tags = [sp.piece_to_id(piece) for piece in TAG_PIECES]
     return torch.tensor(sorted(set(range(trained)) | set(tags)), dtype=torch.long)
 
