@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.frontend import pad_batch
 from engine.host_staging import HostStaging, pack_padded
 from engine.model_dir import ModelDir
 from engine.prompts import prompt_arrays
-from engine.torch_model import CtcArgmax, load_ctc_argmax
+from engine.torch_model import load_ctc_argmax
+from engine.torch_precision import for_reduced_precision
 from engine.types import DecodeOptions
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -49,34 +49,6 @@ def _check_cuda(dev: torch.device, precision: str) -> None:
         raise BackendUnavailableError(f"{dev} has no bf16 support; use fp16")
 
 
-class Fp32Positions(nn.Module):
-    """Adds the encoder's sinusoidal position code computed in fp32, then cast.
-
-    funasr computes it in the activation dtype: in fp16 the sine arguments of a 15 s
-    utterance (up to ~250 rad) are rounded to 1/8 rad, which visibly changes outputs.
-    """
-
-    def __init__(self, original: nn.Module) -> None:
-        super().__init__()
-        self.original = original
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(1, x.size(1) + 1, device=x.device)[None, :]
-        code: torch.Tensor = self.original.encode(  # type: ignore[operator]
-            positions, x.size(2), torch.float32
-        )
-        return x + code.to(x.dtype)
-
-
-def keep_positions_fp32(model: CtcArgmax) -> bool:
-    """Swap the encoder's position module for `Fp32Positions`; False when it has none."""
-    embed = getattr(model.encoder, "embed", None)
-    if embed is None or not callable(getattr(embed, "encode", None)):
-        return False
-    model.encoder.embed = Fp32Positions(embed)
-    return True
-
-
 class TorchBackend:
     """Runs batches under `torch.inference_mode` and returns argmax ids per frame.
 
@@ -101,7 +73,7 @@ class TorchBackend:
             torch.set_num_threads(threads)
         model = load_ctc_argmax(model_dir)
         if self._dtype != torch.float32:
-            keep_positions_fp32(model)
+            for_reduced_precision(model)
         self._model = model.to(device=self._device, dtype=self._dtype)
         cuda = self._device.type == "cuda"
         staged = cuda if stage_inputs is None else stage_inputs

@@ -19,6 +19,7 @@ LIMIT_BYTES=$((60 * 1024 * 1024))
 # Why each one is needed on the host:
 PACKAGES=(
   websockets          # server
+  starlette uvicorn python-multipart httptools  # server.app's HTTP shell (anyio, h11, click are there)
   kaldi-native-fbank  # engine.frontend
   soxr                # resampling (engine.audio_io, streaming.audio)
   soundfile cffi      # engine.audio_io, bench.py; cffi is soundfile's only compiled dep

@@ -21,8 +21,9 @@ from engine.loader import BackendOptions, create_backend, ensure_onnx
 from engine.model_dir import ModelDir, load_model_dir
 from engine.onnx_backend import OnnxBackend, cuda_options, select_providers, tensorrt_options
 from engine.parity import clips
-from engine.torch_backend import Fp32Positions, TorchBackend, keep_positions_fp32
+from engine.torch_backend import TorchBackend
 from engine.torch_model import load_ctc_argmax
+from engine.torch_precision import Fp32Positions, keep_positions_fp32
 from engine.types import DecodeOptions
 from tests.engine.gpu import needs_cuda, needs_ort_cuda, needs_two_gpus
 
