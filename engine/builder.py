@@ -250,8 +250,7 @@ def _tune(config: EngineConfig, model_dir: ModelDir, first: _Device, smallest: i
     key = tuning_key(_tuning_facts(config, model_dir, first))
     stored = load_tuning(folder, key) if folder is not None else None
     if stored is not None:
-        # One decode still pays for the runtime's first-call allocations before serving.
-        time_batch(first.recognizer, 1, config.autotune_seconds, repeats=1)
+        warm_up(first.recognizer)
         log.info("reusing the batch size and cost scale measured at an earlier start")
         return stored
     cost = calibrated_cost(first.recognizer, first.memory, config)
@@ -312,7 +311,8 @@ def _open_device(
     memory_of: MemoryOf,
 ) -> _Device:
     """Load the weights on one device, then read what memory is left for activations."""
-    options = replace(config.backend, device=name)
+    cache = config.tuning_cache if not name.startswith("cuda") else None
+    options = replace(config.backend, device=name, graph_cache=cache)
     recognizer = Recognizer(model_dir, open_backend(model_dir, options))
     memory = memory_of(name, options.backend)
     if config.memory_budget is not None:
@@ -362,6 +362,11 @@ def spread_lengths(batch: int, seconds: float) -> list[float]:
     if batch == 1:
         return [seconds]
     return [seconds * (0.5 + i / (batch - 1)) for i in range(batch)]
+
+
+def warm_up(recognizer: Recognizer, seconds: float = 1.0) -> None:
+    """One short decode, so the runtime's first-call set-up is paid before serving."""
+    recognizer.decode([recognizer.prepare(speech_like(seconds, 0), DecodeOptions())])
 
 
 def time_batch(recognizer: Recognizer, batch: int, seconds: float, repeats: int = 2) -> float:

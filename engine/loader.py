@@ -31,6 +31,8 @@ class BackendOptions:
     device: str = "cpu"
     threads: int | None = None
     tensorrt: bool = False
+    # Where a CPU session keeps onnxruntime's optimized graph (None: optimize every start).
+    graph_cache: Path | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -71,6 +73,7 @@ def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
         threads=options.threads,
         onnx_path=ensure_onnx(model_dir, precision),
         tensorrt=options.tensorrt,
+        graph_cache=options.graph_cache,
     )
 
 

@@ -12,6 +12,7 @@ from engine.devices import device_index
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.frontend import pad_batch
 from engine.model_dir import ModelDir
+from engine.onnx_graph_cache import open_with_graph_cache
 from engine.prompts import prompt_arrays
 from engine.types import DecodeOptions
 
@@ -104,6 +105,7 @@ class OnnxBackend:
         onnx_path: Path | None = None,
         tensorrt: bool = False,
         io_binding: bool | None = None,
+        graph_cache: Path | None = None,
     ) -> None:
         path = onnx_path or model_dir.onnx_path(precision)
         providers = select_providers(device, precision, tensorrt, path.parent / "trt-cache")
@@ -112,8 +114,10 @@ class OnnxBackend:
                 f"{path} does not exist: run `python scripts/export_onnx.py --model "
                 f"{model_dir.path}{_export_flag(precision)}` first"
             )
-        self._session = _open_session(path, providers, threads)
         on_gpu = device != "cpu"
+        # Only a CPU graph is kept: a GPU provider's graph holds its own fused nodes.
+        cache = None if on_gpu else graph_cache
+        self._session = _open_session(path, providers, threads, cache)
         kind = "trt" if _provider_name(providers[0]) == "TensorrtExecutionProvider" else None
         self._label = f"onnx-{precision}-{kind or device.partition(':')[0]}"
         bind = on_gpu if io_binding is None else io_binding
@@ -183,7 +187,20 @@ class BoundRunner:
         return ids, lens
 
 
-def _open_session(path: Path, providers: list[Any], threads: int | None) -> Any:
+def _open_session(
+    path: Path, providers: list[Any], threads: int | None, graph_cache: Path | None
+) -> Any:
+    import onnxruntime as ort
+
+    def options() -> Any:
+        return _session_options(threads)
+
+    if graph_cache is not None:
+        return open_with_graph_cache(path, graph_cache, options, providers)
+    return ort.InferenceSession(str(path), options(), providers=providers)
+
+
+def _session_options(threads: int | None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -196,7 +213,7 @@ def _open_session(path: Path, providers: list[Any], threads: int | None) -> Any:
     # The arena keeps the high-water mark of every batch shape it has seen; without it
     # memory follows the batch in flight, which the scheduler's budget bounds.
     options.enable_cpu_mem_arena = False
-    return ort.InferenceSession(str(path), options, providers=providers)
+    return options
 
 
 def _provider_name(provider: Any) -> str:

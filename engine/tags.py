@@ -119,11 +119,8 @@ class TagTable:
                 if token_id is not None:
                     by_id[token_id] = Tag(kind, name, value)
         # Unlisted `<|...|>` pieces (reserved slots, future tags) must never leak into text.
-        for token_id in range(tokenizer.vocab_size):
-            if token_id in by_id:
-                continue
-            piece = tokenizer.piece(token_id)
-            if is_tag_piece(piece):
+        for token_id, piece in enumerate(tokenizer.pieces()):
+            if token_id not in by_id and is_tag_piece(piece):
                 name = piece[len(TAG_OPEN) : -len(TAG_CLOSE)]
                 by_id[token_id] = Tag(TagKind.OTHER, name, name)
         return cls(MappingProxyType(by_id))

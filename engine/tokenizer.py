@@ -58,6 +58,10 @@ class Tokenizer:
         self._check_id(token_id)
         return str(self._sp.id_to_piece(token_id))
 
+    def pieces(self) -> list[str]:
+        """Every piece, in id order (one call into sentencepiece, not one per id)."""
+        return [str(p) for p in self._sp.id_to_piece(list(range(self._size)))]
+
     def is_control(self, token_id: int) -> bool:
         """True for sentencepiece control pieces (`<s>`, `</s>`), which decode to nothing."""
         self._check_id(token_id)

@@ -1,0 +1,13 @@
+"""Seconds from start to ready (/readyz 200), for this checkout and optionally another.
+
+The work is done by tools/bench_ready.py.
+
+Example:
+    python scripts/bench_ready.py --model models/test-full --server-args "--precision int8" \
+        --baseline-checkout /tmp/main-before --json benchmarks/ready.json
+"""
+
+from tools.bench_ready import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""A CPU session reuses onnxruntime's optimized graph from an earlier start, with equal ids."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.frontend import Frontend
+from engine.loader import BackendOptions, create_backend, ensure_onnx
+from engine.model_dir import ModelDir, load_model_dir
+from engine.onnx_backend import OnnxBackend
+from engine.onnx_graph_cache import cached_graph_path
+from engine.types import DecodeOptions
+from tests.speech import Clip
+
+AUTO = DecodeOptions()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir: Path) -> ModelDir:
+    return load_model_dir(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def feats(model_dir: ModelDir, speech_clips: list[Clip]) -> list[np.ndarray]:
+    frontend = Frontend.from_model_dir(model_dir.path)
+    return [frontend.features(c.audio) for c in speech_clips[:3]]
+
+
+def ids(backend: OnnxBackend, feats: list[np.ndarray]) -> list[list[int]]:
+    return [out.tolist() for out in backend.run(feats, [AUTO] * len(feats))]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_cached_graph_gives_the_same_ids(
+    model_dir: ModelDir, feats: list[np.ndarray], tmp_path: Path, precision: str
+) -> None:
+    source = ensure_onnx(model_dir, precision)
+    plain = OnnxBackend(model_dir, precision=precision, onnx_path=source)
+    first = OnnxBackend(model_dir, precision=precision, onnx_path=source, graph_cache=tmp_path)
+    cached = cached_graph_path(tmp_path, source)
+    assert cached.is_file()
+    stamp = cached.stat().st_mtime_ns
+    second = OnnxBackend(model_dir, precision=precision, onnx_path=source, graph_cache=tmp_path)
+    assert cached.stat().st_mtime_ns == stamp  # read, not written again
+    assert ids(first, feats) == ids(plain, feats) == ids(second, feats)
+    assert [p.name for p in tmp_path.iterdir()] == [cached.name]  # no temporary left
+
+
+def test_unreadable_graph_is_rebuilt(
+    model_dir: ModelDir, feats: list[np.ndarray], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = ensure_onnx(model_dir, "fp32")
+    cached = cached_graph_path(tmp_path, source)
+    cached.write_bytes(b"not an onnx graph")
+    with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
+        backend = OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+    assert "rebuilding the unreadable optimized graph" in caplog.text
+    assert cached.stat().st_size > 1000
+    plain = OnnxBackend(model_dir, precision="fp32", onnx_path=source)
+    assert ids(backend, feats) == ids(plain, feats)
+
+
+def test_changed_export_replaces_its_older_graph(model_dir: ModelDir, tmp_path: Path) -> None:
+    source = tmp_path / "export" / "model.onnx"
+    source.parent.mkdir()
+    source.write_bytes(ensure_onnx(model_dir, "fp32").read_bytes())
+    folder = tmp_path / "cache"
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=folder)
+    old = cached_graph_path(folder, source)
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    new = cached_graph_path(folder, source)
+    assert new != old
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=folder)
+    assert sorted(folder.iterdir()) == [new]
+
+
+def test_unwritable_cache_still_opens(model_dir: ModelDir, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder would go")
+    backend = OnnxBackend(
+        model_dir, precision="fp32", onnx_path=ensure_onnx(model_dir, "fp32"), graph_cache=blocker
+    )
+    assert backend.name == "onnx-fp32-cpu"
+
+
+def test_create_backend_passes_the_cache(model_dir: ModelDir, tmp_path: Path) -> None:
+    options = BackendOptions(precision="fp32", graph_cache=tmp_path)
+    create_backend(model_dir, options)
+    assert cached_graph_path(tmp_path, ensure_onnx(model_dir, "fp32")).is_file()
