@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streaming.blocks import Reblocker, as_mono_float
+from streaming.vad_frontend import streaming_fbank_frontend
 from streaming.vad_types import VadConfig, VadEvent, VadEventKind
 
 FloatArray = npt.NDArray[np.float32]
@@ -139,9 +140,9 @@ class FsmnVadModel:
         # The endpointer's own frame geometry, which its per-frame energy is computed with.
         self._frame_hop = int(self._model_conf.get("frame_in_ms", 10)) * SAMPLES_PER_MS
         self._frame_window = int(self._model_conf.get("frame_length_ms", 25)) * SAMPLES_PER_MS
-        self._frontend_cls: Callable[..., _Frontend] = _funasr_onnx_leaf(
-            "frontend"
-        ).WavFrontendOnline
+        self._frontend_cls: Callable[..., _Frontend] = streaming_fbank_frontend(
+            _funasr_onnx_leaf("frontend").WavFrontendOnline
+        )
         self._scorer_cls: Callable[[dict[str, Any]], _Scorer] = _funasr_onnx_leaf(
             "e2e_vad"
         ).E2EVadModel

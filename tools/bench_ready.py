@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -44,8 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkouts = {"this": Path.cwd()}
     if args.baseline_checkout is not None:
         checkouts["baseline"] = args.baseline_checkout.resolve()
+    # PYTHONPATH too: an editable install would otherwise import this checkout's packages.
     specs = {
-        name: ServerSpec(server_args, python=sys.executable, cwd=cwd)
+        name: ServerSpec(
+            server_args, python=sys.executable, cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)}
+        )
         for name, cwd in checkouts.items()
     }
     first = {name: round(time_to_ready(spec), 3) for name, spec in specs.items()}
