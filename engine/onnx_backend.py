@@ -117,12 +117,15 @@ class OnnxBackend:
         on_gpu = device != "cpu"
         # Only a CPU graph is kept: a GPU provider's graph holds its own fused nodes.
         cache = None if on_gpu else graph_cache
-        self._session = _open_session(path, providers, threads, cache)
+        self._session = _open_session(path, providers, threads, cache, arena=not on_gpu)
+        self._run_options = _run_options(on_gpu)
         kind = "trt" if _provider_name(providers[0]) == "TensorrtExecutionProvider" else None
         self._label = f"onnx-{precision}-{kind or device.partition(':')[0]}"
         bind = on_gpu if io_binding is None else io_binding
         self._runner: Runner = (
-            BoundRunner(self._session, "cuda" if on_gpu else "cpu", device_index(device))
+            BoundRunner(
+                self._session, "cuda" if on_gpu else "cpu", device_index(device), self._run_options
+            )
             if bind
             else self._run_plain
         )
@@ -156,17 +159,20 @@ class OnnxBackend:
         return [np.asarray(ids[i, : int(lens[i])], dtype=np.int32) for i in range(len(feats))]
 
     def _run_plain(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        ids, lens = self._session.run(list(OUTPUT_NAMES), inputs)
+        ids, lens = self._session.run(list(OUTPUT_NAMES), inputs, self._run_options)
         return ids, lens
 
 
 class BoundRunner:
     """One run through an I/O binding: inputs placed on `device_type`, outputs on the host."""
 
-    def __init__(self, session: Any, device_type: str, device_id: int) -> None:
+    def __init__(
+        self, session: Any, device_type: str, device_id: int, run_options: Any = None
+    ) -> None:
         self._session = session
         self._device_type = device_type
         self._device_id = device_id
+        self._run_options = run_options
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         import onnxruntime as ort
@@ -182,25 +188,25 @@ class BoundRunner:
         for name in OUTPUT_NAMES:
             # A few int32 ids per frame: onnxruntime copies them straight to host memory.
             binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(binding)
+        self._session.run_with_iobinding(binding, self._run_options)
         ids, lens = binding.copy_outputs_to_cpu()
         return ids, lens
 
 
 def _open_session(
-    path: Path, providers: list[Any], threads: int | None, graph_cache: Path | None
+    path: Path, providers: list[Any], threads: int | None, graph_cache: Path | None, *, arena: bool
 ) -> Any:
     import onnxruntime as ort
 
     def options() -> Any:
-        return _session_options(threads)
+        return _session_options(threads, arena)
 
     if graph_cache is not None:
         return open_with_graph_cache(path, graph_cache, options, providers)
     return ort.InferenceSession(str(path), options(), providers=providers)
 
 
-def _session_options(threads: int | None) -> Any:
+def _session_options(threads: int | None, arena: bool) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -210,9 +216,21 @@ def _session_options(threads: int | None) -> Any:
     if threads is not None:
         options.intra_op_num_threads = threads
     options.log_severity_level = 3
-    # The arena keeps the high-water mark of every batch shape it has seen; without it
-    # memory follows the batch in flight, which the scheduler's budget bounds.
-    options.enable_cpu_mem_arena = False
+    # Without the arena every intermediate is a fresh malloc: glibc then keeps the freed
+    # blocks (its dynamic mmap threshold), so a batch of 8 x 12 s peaked at 1.97 GB of RSS
+    # against 0.59 GB with the arena, and its first run page-faulted 50% longer. The arena
+    # is shrunk after every run (`_run_options`), so it does not keep each batch's peak.
+    options.enable_cpu_mem_arena = arena
+    return options
+
+
+def _run_options(on_gpu: bool) -> Any:
+    """Per-run settings: on the CPU, hand the arena's free chunks back after each run."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    if not on_gpu:
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return options
 
 
