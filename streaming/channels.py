@@ -61,8 +61,10 @@ class ChannelGroup:
             raise InvalidFieldError("a multichannel stream needs at least two channels")
         self.session_id = session_id
         self.labels = tuple(labels)
+        # Channels judge their speech inline: a deferred VAD is a single stream's for now.
+        inline = replace(config, defer_vad=False)
         self.channels = tuple(
-            Session(channel_session_id(session_id, c), config, vad_model)
+            Session(channel_session_id(session_id, c), inline, vad_model)
             for c in range(len(labels))
         )
         self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}

@@ -15,6 +15,7 @@ from streaming.commands import Command, Configure
 from streaming.errors import ProtocolError
 from streaming.events import SessionEvent
 from streaming.session import Session, SessionConfig
+from streaming.vad_jobs import VadJob, VadStep
 from streaming.vad_types import VadModel
 
 
@@ -48,6 +49,15 @@ class StreamSession(Protocol):
 
     @property
     def owed_finals(self) -> int: ...
+
+    def take_vad_job(self) -> VadJob | None: ...
+
+    def apply_vad(self, job: VadJob, steps: tuple[VadStep, ...], now: float) -> None: ...
+
+    @property
+    def has_deferred(self) -> bool: ...
+
+    def resume(self, now: float) -> None: ...
 
 
 class SessionCore:
@@ -106,3 +116,19 @@ class SessionCore:
     @property
     def owed_finals(self) -> int:
         return 0 if self._core is None else self._core.owed_finals
+
+    def take_vad_job(self) -> VadJob | None:
+        """A single stream's VAD work (channel groups judge theirs inline)."""
+        return self._core.take_vad_job() if isinstance(self._core, Session) else None
+
+    def apply_vad(self, job: VadJob, steps: tuple[VadStep, ...], now: float) -> None:
+        if isinstance(self._core, Session):
+            self._core.apply_vad(job, steps, now)
+
+    @property
+    def has_deferred(self) -> bool:
+        return isinstance(self._core, Session) and self._core.has_deferred
+
+    def resume(self, now: float) -> None:
+        if isinstance(self._core, Session):
+            self._core.resume(now)

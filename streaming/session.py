@@ -9,7 +9,10 @@ blocks or reads a clock.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -53,7 +56,8 @@ from streaming.partial_window import PartialWindow
 from streaming.partials import PartialPolicy
 from streaming.ring_buffer import RingBuffer
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
-from streaming.vad_types import VadConfig, VadModel
+from streaming.vad_jobs import VadJob, VadStep
+from streaming.vad_types import VadConfig, VadEvent, VadModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,9 @@ class SessionConfig:
     early_final_ms: int = 200
     # Whole files: their finals queue as background work, after every live request.
     background: bool = False
+    # The server runs the VAD off its event loop (`streaming.vad_jobs`): audio only fills
+    # the ring until `take_vad_job()` hands its whole blocks out.
+    defer_vad: bool = False
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -153,11 +160,27 @@ class Session:
         self._end_sent = False
         self._stream_id = session_id  # a client may name it in its first Configure
         self._webhook_url: str | None = None
+        self._vad_job: VadJob | None = None  # handed out, its verdicts not yet back
+        # Commands that came while a VAD job was out, applied in order once it is back.
+        self._deferred: deque[Callable[[float], None]] = deque()
+        self._pending_end: int | None = None  # the detector's, after the last block
 
     # ---- inputs -------------------------------------------------------------------
 
     def handle(self, command: Command, now: float) -> None:
-        """Apply one client command; raises ProtocolError for one the stream cannot take."""
+        """Apply one client command; raises ProtocolError for one the stream cannot take.
+
+        While a VAD job is out, audio still fills the ring; any other command waits, in
+        order, until `apply_vad` (then `resume`) so that it sees every verdict before it.
+        """
+        # Audio may go into the ring while a job is out; nothing may overtake a deferral.
+        ring_only = isinstance(command, Audio) and not self._deferred
+        if self._deferred or (self._vad_job is not None and not ring_only):
+            self._deferred.append(partial(self._handle_now, command))
+            return
+        self._handle_now(command, now)
+
+    def _handle_now(self, command: Command, now: float) -> None:
         if isinstance(command, Mark):
             if not self._end_sent:  # answered even once stopped, until `Ended`
                 self._events.append(Marked(command.token))
@@ -176,7 +199,7 @@ class Session:
             case Clear():
                 self._clear(now)
             case Stop():
-                self.end_of_stream(now)
+                self._end_of_stream_now(now)
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
         """Take the engine's answer for one of this session's requests."""
@@ -207,6 +230,12 @@ class Session:
 
     def end_of_stream(self, now: float) -> None:
         """No more audio: decide on the tail and close the open utterance as a final."""
+        if self._vad_job is not None or self._deferred:
+            self._deferred.append(self._end_of_stream_now)
+        else:
+            self._end_of_stream_now(now)
+
+    def _end_of_stream_now(self, now: float) -> None:
         if self._stopped:
             return
         self._stopped = True
@@ -220,12 +249,49 @@ class Session:
         if self._end_sent:
             return  # `end` is out and the socket is closing; nothing more is said
         self._events.append(ErrorEvent(error.code, error.message))
+        # The client's commands after a fatal error are never read inline either.
+        self._deferred.clear()
         self.end_of_stream(now)
 
     def reject(self, error: ProtocolError) -> None:
         """Report a client error that the protocol lets the stream survive."""
         if not self._end_sent:
             self._events.append(ErrorEvent(error.code, error.message))
+
+    # ---- the VAD off the event loop (`SessionConfig.defer_vad`) --------------------
+
+    def take_vad_job(self) -> VadJob | None:
+        """The whole blocks not yet judged, for the detector (None: nothing, or one is out)."""
+        if not self._config.defer_vad or self._vad_job is not None or self._deferred:
+            return None
+        if not self._options.turns.vad or self._stopped:
+            return None
+        block = self._config.block_samples
+        whole = (self._ring.end - self._fed) // block
+        if whole == 0:
+            return None
+        ends = range(self._fed + block, self._fed + (whole + 1) * block, block)
+        blocks = tuple((end, self._ring.read(end - block, end)) for end in ends)
+        self._vad_job = VadJob(self._vad, blocks)
+        return self._vad_job
+
+    def apply_vad(self, job: VadJob, steps: tuple[VadStep, ...], now: float) -> None:
+        """Take a job's verdicts: utterances, partials and finals follow as if inline."""
+        if job is not self._vad_job:
+            return
+        self._vad_job = None
+        for step in steps:
+            self._apply_step(step, now, final=False)
+
+    @property
+    def has_deferred(self) -> bool:
+        """Commands wait for `resume` (a VAD job came back since they arrived)."""
+        return self._vad_job is None and bool(self._deferred)
+
+    def resume(self, now: float) -> None:
+        """Apply the oldest deferred command; raises what `handle` would have raised."""
+        if self.has_deferred:
+            self._deferred.popleft()(now)
 
     # ---- outputs ------------------------------------------------------------------
 
@@ -357,26 +423,40 @@ class Session:
         """Hand every buffered sample to the VAD, the last partial block included."""
         if final and self._decoder is not None:
             self._ring.write(self._decoder.flush())
-            self._run_blocks(now)
+        self._run_blocks_inline(now)  # whole blocks a deferred VAD has not had yet
         if self._ring.end > self._fed or final:
             self._feed_vad(self._ring.end, now, final=final)
 
     def _run_blocks(self, now: float) -> None:
+        if self._config.defer_vad and self._options.turns.vad and not self._stopped:
+            return  # whole blocks wait for take_vad_job()
+        self._run_blocks_inline(now)
+
+    def _run_blocks_inline(self, now: float) -> None:
         block = self._config.block_samples
         while self._ring.end - self._fed >= block:
             self._feed_vad(self._fed + block, now, final=False)
 
     def _feed_vad(self, until: int, now: float, final: bool) -> None:
-        before = self._fed
+        if self._vad_job is not None:
+            raise RuntimeError("the VAD was asked inline while a job of its is out")
+        events: list[VadEvent] = []
         if self._options.turns.vad:
-            events = self._vad.accept(self._ring.read(before, until))
+            events = self._vad.accept(self._ring.read(self._fed, until))
             if final:
                 events += self._vad.flush()
-            segments = self._segmenter.block(events, until, self._ring.start)
+        step = VadStep(until, tuple(events), self._vad.pending_end())
+        self._apply_step(step, now, final)
+
+    def _apply_step(self, step: VadStep, now: float, final: bool) -> None:
+        before, until = self._fed, step.until
+        if self._options.turns.vad:
+            segments = self._segmenter.block(list(step.events), until, self._ring.start)
         else:
             opened = self._segmenter.open_unless_open(before) if until > before else []
             segments = opened + self._segmenter.block([], until, self._ring.start)
         self._fed = until
+        self._pending_end = step.pending_end
         for seg in segments:
             self._on_segment(seg, now, StopCause.MAX_LENGTH if seg.forced else StopCause.VAD)
         if not final and not self._maybe_early_final(now):
@@ -443,7 +523,7 @@ class Session:
         early_ms = self._config.early_final_ms
         if utt_id is None or start is None or early_ms == 0 or not self._options.turns.vad:
             return False
-        end = self._vad.pending_end()
+        end = self._pending_end
         utt = self._utts.get(utt_id)
         if end is None or utt is None or end <= start:
             return False
