@@ -9,7 +9,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -35,6 +35,7 @@ from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.streams import Publisher, StreamHub, Subscription
 from server.subscribers import Follower
+from server.vad_pump import VadPump
 from server.web import main_app, ops_app
 from server.webhooks import WebhookPolicy, Webhooks
 from streaming.core import SessionCore
@@ -136,6 +137,7 @@ class App:
         self.engine: EngineClient | None = None
         self.report: EngineReport | None = None
         self.vad: VadModel | None = None
+        self.vad_pump: VadPump | None = None  # with `vad_thread`: live sessions' VAD thread
         self.sessions: dict[str, Connection] = {}
         self.streams = StreamHub(config.limits.max_pending_events, config.limits.stream_backlog)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
@@ -214,6 +216,8 @@ class App:
             if self.engine is not None:
                 await self.engine.close(timeout=self.config.shutdown_timeout_s)
             await self.webhooks.close(timeout_s=self.config.shutdown_timeout_s)
+            if self.vad_pump is not None:
+                await self.vad_pump.close()
 
     async def _load_unless_stopped(self) -> bool:
         """Load, but give up at SIGTERM: a first start can spend a minute building a model."""
@@ -250,6 +254,9 @@ class App:
             self.engine = attaching = await open_remote(remote, self.registry)
             report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)
+        if self.config.session.vad_thread:
+            self.vad_pump = VadPump()
+            self.vad_pump.start()
         self.report = report
         # CUDA_VISIBLE_DEVICES renumbers GPUs: NVML readings follow the engine's by UUID.
         self.monitor.follow(cuda_uuids(self._gpu_indices()))
@@ -467,7 +474,10 @@ class App:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]
-        session = SessionCore(session_id, self.session_config(), self.vad)
+        config = self.session_config()
+        if self.vad_pump is not None:
+            config = replace(config, defer_vad=True)
+        session = SessionCore(session_id, config, self.vad)
         conn = Connection(
             port,
             codec,
@@ -480,6 +490,7 @@ class App:
                 self.streams, session_id, route.protocol, time.time(), self.webhooks
             ),
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
+            vad_pump=self.vad_pump,
         )
         peer = port.peer
         self.sessions[session_id] = conn

@@ -166,6 +166,8 @@ class SessionSettings:
     # before it is settled. 0 re-decodes the whole utterance every time.
     partial_hold_ms: int = 2000
     early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
+    # Live sessions' VAD runs on a thread of its own (server/vad_pump.py), not the loop.
+    vad_thread: bool = False
 
     def __post_init__(self) -> None:
         if self.vad not in ("fsmn", "webrtc"):

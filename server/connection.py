@@ -20,6 +20,7 @@ from engine.types import InferenceResult
 from server.outbox import Outbox, OutboxOverflowError
 from server.socket_port import ClientGone, SocketPort
 from server.streams import Publisher
+from server.vad_pump import VadPump
 from streaming.commands import Command
 from streaming.core import StreamSession
 from streaming.errors import (
@@ -32,6 +33,7 @@ from streaming.errors import (
 )
 from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
 from streaming.protocols.base import Codec
+from streaming.vad_jobs import VadJob, VadStep
 
 log = logging.getLogger("sensestream.connection")
 
@@ -67,6 +69,7 @@ class Connection:
         idle_timeout_s: float = 30.0,
         publisher: Publisher | None = None,
         start_deadline_s: float | None = None,
+        vad_pump: VadPump | None = None,
     ) -> None:
         self.ws = ws
         self.codec = codec
@@ -81,6 +84,7 @@ class Connection:
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._publisher = publisher
+        self._vad_pump = vad_pump  # runs the session's VAD when its config defers it
         # A protocol whose key rides in its first message (Twilio's `start`) must send it
         # soon: an unkeyed peer may not hold a session slot by trickling other messages.
         self._start_deadline_s = start_deadline_s
@@ -174,8 +178,29 @@ class Connection:
                 self._extend_drop_grace()
                 continue
             ok = self._step(partial(self._receive, message))
+            if self._vad_pump is not None:
+                self._vad_pump.notify(self)
             if not ok and self._dropping is None:
                 return  # a client error: the session sends what it owes, then closes
+
+    def take_vad_job(self) -> VadJob | None:
+        """The session's VAD work for the pump (none once the session is going)."""
+        if self._dropping is not None or self._finishing:
+            return None
+        return self.session.take_vad_job()
+
+    def vad_done(self, job: VadJob, outcome: tuple[VadStep, ...] | Exception) -> None:
+        """The pump's verdicts: apply them, then every command that waited for them."""
+        if isinstance(outcome, Exception):
+            if self._dropping is None and not self._finishing:
+                self._crash(outcome)
+            return
+        now = self._loop.time()
+        self._step(partial(self.session.apply_vad, job, outcome, now))
+        while self.session.has_deferred and self._dropping is None and not self._finishing:
+            self._step(partial(self.session.resume, now))
+        if self._vad_pump is not None:
+            self._vad_pump.notify(self)  # audio that came meanwhile
 
     def _receive(self, message: str | bytes) -> None:
         self._feed(self.codec.decode(message))

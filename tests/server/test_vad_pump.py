@@ -1,0 +1,132 @@
+"""Live sessions' VAD on the pump's thread: the same finals as inline, isolation, faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server.vad_pump import Outcome, VadPump, run_jobs
+from streaming.vad_jobs import VadJob
+from streaming.vad_types import VadEvent
+from tests.server.conftest import ServerProcess
+from tests.speech import Clip, three_sentences, to_s16le
+from tools.client import run_session
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def pumped(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tiny_model_dir, "--vad-thread")
+    yield proc
+    proc.stop()
+
+
+def spans_and_texts(url: str, audio: bytes) -> list[tuple[int, int, str]]:
+    outcome = asyncio.run(run_session(url, audio, chunk=3200, speed=50))  # under 200x
+    errors = [e for e in outcome.events if e["type"] == "error"]
+    assert outcome.events[-1]["type"] == "end" and outcome.close_code == 1000, (url, errors)
+    return [(f["start_ms"], f["end_ms"], f["text"]) for f in outcome.of("final")]
+
+
+def test_the_same_finals_as_the_inline_vad(
+    server: ServerProcess, pumped: ServerProcess, speech_clips: list[Clip]
+) -> None:
+    audio = to_s16le(three_sentences(speech_clips))
+    inline = spans_and_texts(server.url, audio)
+    assert len(inline) == 3
+    assert spans_and_texts(pumped.url, audio) == inline
+
+
+def test_twenty_concurrent_sessions_each_get_their_own_finals(
+    pumped: ServerProcess, speech_clips: list[Clip]
+) -> None:
+    silence = np.zeros(SR // 2, np.float32)
+    audios = [
+        to_s16le(
+            np.concatenate([silence, speech_clips[i % len(speech_clips)].audio, silence, silence])
+        )
+        for i in range(20)
+    ]
+
+    async def all_sessions() -> list:
+        return await asyncio.gather(
+            *(run_session(pumped.url, a, chunk=3200, speed=0) for a in audios)
+        )
+
+    for outcome in asyncio.run(all_sessions()):
+        assert outcome.of("final"), outcome.events
+        assert outcome.events[-1]["type"] == "end" and outcome.close_code == 1000
+
+
+class Detector:
+    """A detector that hears speech start in every block, or fails on its second block."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.blocks = 0
+
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        self.blocks += 1
+        if self.fail and self.blocks == 2:
+            raise ValueError("detector fault")
+        return []
+
+    def flush(self) -> list[VadEvent]:
+        return []
+
+    def pending_end(self) -> int | None:
+        return self.blocks * 1600
+
+
+def job(detector: Detector, blocks: int = 3) -> VadJob:
+    return VadJob(
+        detector, tuple(((i + 1) * 1600, np.zeros(1600, np.float32)) for i in range(blocks))
+    )
+
+
+def test_a_faulty_job_is_its_own_sessions_alone() -> None:
+    healthy, faulty = Detector(), Detector(fail=True)
+    outcomes = run_jobs([job(healthy), job(faulty), job(Detector(), blocks=1)])
+    assert [step.pending_end for step in outcomes[0]] == [1600, 3200, 4800]  # type: ignore[union-attr]
+    assert isinstance(outcomes[1], ValueError)
+    assert len(outcomes[2]) == 1  # type: ignore[arg-type]
+
+
+class Client:
+    """A connection's side of the pump: one job to give, and what came back."""
+
+    def __init__(self, work: VadJob | None) -> None:
+        self.work = work
+        self.done: asyncio.Future[Outcome] | None = None
+
+    def take_vad_job(self) -> VadJob | None:
+        work, self.work = self.work, None
+        return work
+
+    def vad_done(self, job: VadJob, outcome: Outcome) -> None:
+        if self.done is not None:
+            self.done.set_result(outcome)
+
+
+def test_the_pump_runs_each_notified_clients_job_off_the_loop() -> None:
+    async def scenario() -> tuple[Outcome, bool]:
+        pump = VadPump()
+        pump.start()
+        loop = asyncio.get_running_loop()
+        busy, idle = Client(job(Detector())), Client(None)
+        busy.done = loop.create_future()
+        idle.done = loop.create_future()
+        pump.notify(busy)
+        pump.notify(idle)
+        outcome = await asyncio.wait_for(busy.done, 10)
+        await pump.close()  # the idle one was asked in the same round, and gave nothing
+        return outcome, idle.done.done()
+
+    outcome, idle_called = asyncio.run(scenario())
+    assert not isinstance(outcome, Exception) and len(outcome) == 3
+    assert not idle_called
