@@ -23,6 +23,7 @@ from streaming.events import (
 )
 from streaming.session import Session, SessionConfig
 from streaming.vad_fsmn import FsmnVadModel
+from streaming.vad_jobs import VadJob
 from tests.speech import Clip, chunks, three_sentences, to_s16le
 from tests.streaming.fakes import answer
 
@@ -83,6 +84,16 @@ def stream(fsmn: FsmnVadModel, data: bytes, *, deferred: bool, every: int = 1) -
     return driver
 
 
+def job_out(fsmn: FsmnVadModel, audio: bytes, now: float) -> tuple[Driver, VadJob]:
+    """A deferred session given `audio` in one frame, with its VAD job taken and not back."""
+    driver = Driver(Session("s", SessionConfig(defer_vad=True), fsmn))
+    driver.send(Configure(), 0.0)
+    driver.send(Audio(audio), now)
+    job = driver.session.take_vad_job()
+    assert job is not None
+    return driver, job
+
+
 def shape(driver: Driver) -> tuple[list[tuple[object, ...]], list[SessionEvent]]:
     requests = [(r.kind, r.utterance_id, r.start_sample, r.num_samples) for r in driver.requests]
     return requests, driver.events
@@ -122,12 +133,8 @@ def test_audio_only_fills_the_ring_until_a_job_runs(fsmn: FsmnVadModel, speech: 
 
 
 def test_commands_wait_in_order_for_the_job_out(fsmn: FsmnVadModel, speech: bytes) -> None:
-    driver = Driver(Session("s", SessionConfig(defer_vad=True), fsmn))
-    driver.send(Configure(), 0.0)
     # Into the first sentence: speech has started by the end of this audio.
-    driver.send(Audio(speech[: 16 * FRAME]), 1.0)
-    job = driver.session.take_vad_job()
-    assert job is not None
+    driver, job = job_out(fsmn, speech[: 16 * FRAME], 1.0)
     driver.send(Mark("m1"), 1.0)
     driver.send(Commit(), 1.0)
     driver.send(Audio(speech[16 * FRAME : 20 * FRAME]), 2.0)  # behind the commit, so it waits
@@ -168,11 +175,7 @@ def test_stop_while_a_job_is_out_still_delivers_every_final(
 def test_an_abort_drops_waiting_commands_but_not_the_finals(
     fsmn: FsmnVadModel, speech: bytes
 ) -> None:
-    driver = Driver(Session("s", SessionConfig(defer_vad=True), fsmn))
-    driver.send(Configure(), 0.0)
-    driver.send(Audio(speech[: 30 * FRAME]), 3.0)
-    job = driver.session.take_vad_job()
-    assert job is not None
+    driver, job = job_out(fsmn, speech[: 30 * FRAME], 3.0)
     driver.send(Commit(), 1.0)
     driver.session.abort(InvalidFieldError("bad field"), 1.0)
     driver.session.apply_vad(job, job.run(), 1.0)
@@ -185,11 +188,7 @@ def test_an_abort_drops_waiting_commands_but_not_the_finals(
 
 
 def test_a_stale_job_changes_nothing(fsmn: FsmnVadModel, speech: bytes) -> None:
-    driver = Driver(Session("s", SessionConfig(defer_vad=True), fsmn))
-    driver.send(Configure(), 0.0)
-    driver.send(Audio(speech[: 10 * FRAME]), 1.0)
-    job = driver.session.take_vad_job()
-    assert job is not None
+    driver, job = job_out(fsmn, speech[: 10 * FRAME], 1.0)
     steps = job.run()
     driver.session.apply_vad(job, steps, 0.0)
     before = driver.session.stream_samples, driver.session.owed_finals
