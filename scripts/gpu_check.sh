@@ -170,15 +170,15 @@ speech_dir() {
   echo "$REPO/.whl/bench-speech"
 }
 
-server_bench() { # server_bench SPEECH_DIR
+server_bench() { # server_bench SPEECH_DIR JSON_NAME [MORE SERVER ARGS]
   # The refusing stand-ins only shadow real tools when the speech comes from the cache
   # (a stale $WORK/no-tts from an earlier cache run must not hide a real espeak-ng).
   local path=$PATH
   if [[ $1 == "$REPO/.whl/bench-speech" ]]; then path="$WORK/no-tts:$PATH"; fi
   PATH="$path" "$PY" scripts/bench.py --spawn-server "$MODEL" --no-baseline \
-    --server-args "--backend torch --device $DEVICE --precision $PRECISION" \
+    --server-args "--backend torch --device $DEVICE --precision $PRECISION ${3:-}" \
     --streams "$STREAMS" --duration "$DURATION" --speech-dir "$1" \
-    --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/bench_server.json"
+    --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/$2"
 }
 
 ort_ready() {
@@ -218,8 +218,23 @@ for path in sorted(out.glob("bench_engine_*.json")):
 for path in sorted(out.glob("parity_*.json")):
     data = load(path.name) or {}
     report["parity"][path.stem] = {k: v for k, v in data.items() if k != "clips"}
-server = load("bench_server.json")
-report["server_bench"] = None if server is None else {"file": "bench_server.json", "keys": sorted(server)}
+def runs(name):
+    data = load(name)
+    if data is None:
+        return None
+    out = []
+    for target in data.get("servers", {}).values():
+        for run in target.get("runs", []):
+            lat, srv = run.get("latency", {}), run.get("server", {})
+            out.append({"streams": run.get("streams"), "finals": run.get("finals"),
+                        "final_after_vad_p95_ms": lat.get("final_after_vad_ms", {}).get("p95"),
+                        "partial_gap_p95_ms": lat.get("partial_interval_ms", {}).get("p95"),
+                        "cpu_percent_mean": srv.get("cpu_percent_mean"),
+                        "busy_audio_s_per_s": srv.get("busy_audio_s_per_s")})
+    return out
+# Only 8 files come back from the host: the key numbers ride in this one.
+report["server_bench"] = {"inline_vad": runs("bench_server.json"),
+                          "vad_thread": runs("bench_server_vad_thread.json")}
 print(json.dumps(report, indent=1))
 EOF
 }
@@ -247,7 +262,10 @@ if ((!DRY_RUN)); then
 fi
 step gpu_tests 150 gpu_tests
 if SPEECH=$(speech_dir); then
-  step server_bench 180 server_bench "$SPEECH"
+  step server_bench 180 server_bench "$SPEECH" bench_server.json
+  # The VAD on its own thread: on the first H200 run the loop, busy with the VAD, was
+  # what held back 64 streams.
+  step server_bench_vad_thread 180 server_bench "$SPEECH" bench_server_vad_thread.json --vad-thread
 else
   skip server_bench "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
 fi
