@@ -230,7 +230,7 @@ class Session:
 
     def end_of_stream(self, now: float) -> None:
         """No more audio: decide on the tail and close the open utterance as a final."""
-        if self._vad_job is not None or self._deferred:
+        if self._waiting_for_vad:
             self._deferred.append(self._end_of_stream_now)
         else:
             self._end_of_stream_now(now)
@@ -262,7 +262,7 @@ class Session:
 
     def take_vad_job(self) -> VadJob | None:
         """The whole blocks not yet judged, for the detector (None: nothing, or one is out)."""
-        if not self._config.defer_vad or self._vad_job is not None or self._deferred:
+        if not self._config.defer_vad or self._waiting_for_vad:
             return None
         if not self._options.turns.vad or self._stopped:
             return None
@@ -282,6 +282,11 @@ class Session:
         self._vad_job = None
         for step in steps:
             self._apply_step(step, now, final=False)
+
+    @property
+    def _waiting_for_vad(self) -> bool:
+        """A job is out, or commands still wait for one that came back."""
+        return self._vad_job is not None or bool(self._deferred)
 
     @property
     def has_deferred(self) -> bool:
