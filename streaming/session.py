@@ -551,6 +551,11 @@ class Session:
         utt = self._utts.get(utt_id)
         if utt is None or not self._config.partials.due(start, utt.last_partial, self._fed):
             return
+        if self._pending_end is not None and self._pending_end <= utt.last_partial:
+            # A pause the last decode already reached: nothing new to caption, so the pause
+            # counts as heard and the next partial waits for an interval of fresh audio.
+            utt.last_partial = self._fed
+            return
         utt.last_partial = self._fed
         begin = utt.window.window_start()
         seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, begin)

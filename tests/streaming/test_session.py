@@ -17,6 +17,7 @@ from streaming.partials import PartialPolicy
 from streaming.protocols.v1 import V1Codec, dump_event, ready_config
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig, common_prefix
+from streaming.vad_types import VadConfig
 from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import (
     EnergyVadModel,
@@ -321,6 +322,23 @@ def test_speech_after_a_short_pause_still_gets_a_whole_final() -> None:
     (final,) = finals(events)
     assert (final.start_ms, final.end_ms) == (500, 3000)
     assert final.transcript.text == answer(earlies[-1]).transcript.text
+
+
+def test_no_partial_is_spent_on_a_pause_the_last_one_reached() -> None:
+    # A 2 s pause inside one utterance (the VAD waits 3 s), early decodes off.
+    data = to_s16le(tone_bursts([(0.2, 1.5), (3.5, 5.0)], 5.5))
+    policy = PartialPolicy(interval_ms=400, adaptive=False)
+    session = make_session(vad=VadConfig(end_silence_ms=3000), partials=policy, early_final_ms=0)
+    ends = [
+        (r.start_sample + r.num_samples) / SR
+        for r in collect_requests(session, data, 3200)
+        if r.kind is RequestKind.PARTIAL
+    ]
+    # One partial reaches past the speech's end; then none until speech is back.
+    assert len([e for e in ends if 1.5 < e <= 3.5]) == 1
+    resumed = [e for e in ends if e > 3.5]
+    assert resumed and resumed[0] <= 3.5 + 0.4 + 0.1
+    assert len(resumed) >= 3  # partials go on through the new speech
 
 
 def test_early_finals_can_be_turned_off() -> None:
