@@ -1,0 +1,79 @@
+"""Start either server for a load run: ours (`python -m server`) or sherpa-onnx's
+`non_streaming_server.py` from its python-api-examples, run by the side environment."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.spawn import Output, ServerSpec, SpawnError, spawn
+
+START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A started server: where clients connect, and the process to read CPU time from."""
+
+    url: str
+    pid: int
+
+
+@contextmanager
+def ours(model: Path, args: tuple[str, ...]) -> Iterator[Running]:
+    """Our server, ready; its FunASR route is where whole utterances go."""
+    with spawn(ServerSpec(args=("--model", str(model), *args))) as server:
+        yield Running(f"ws://127.0.0.1:{server.port}/funasr", server.proc.pid)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def sherpa(
+    python: Path, examples: Path, model: Path, tokens: Path, args: tuple[str, ...]
+) -> Iterator[Running]:
+    """sherpa-onnx's server with our weights in its layout; it writes its log/ in a temp dir."""
+    script = examples / "non_streaming_server.py"
+    if not (script.is_file() and (examples / "http_server.py").is_file()):
+        raise FileNotFoundError(f"{examples} lacks non_streaming_server.py or http_server.py")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="sherpa-server-") as work:
+        command = [str(python), str(script), "--sense-voice", str(model), "--tokens", str(tokens)]
+        command += ["--port", str(port), "--doc-root", work, *args]
+        proc = subprocess.Popen(
+            command,
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        output = Output()
+        if proc.stdout is None or proc.stderr is None:
+            raise SpawnError("no pipes to sherpa-onnx's server")
+        output.follow("stdout", proc.stdout)
+        output.follow("stderr", proc.stderr)
+        try:
+            # It logs the addresses it serves once its socket is bound.
+            if output.wait_for(rf"localhost:{port}\b", START_TIMEOUT_S) is None:
+                raise SpawnError(f"sherpa-onnx's server did not start:\n{output.tail()}")
+            yield Running(f"ws://127.0.0.1:{port}", proc.pid)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            output.join(timeout_s=5.0)
