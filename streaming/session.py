@@ -464,8 +464,29 @@ class Session:
         self._pending_end = step.pending_end
         for seg in segments:
             self._on_segment(seg, now, StopCause.MAX_LENGTH if seg.forced else StopCause.VAD)
+        self._withdraw_obsolete_early()
         if not final and not self._maybe_early_final(now):
             self._maybe_partial(now)
+
+    def _withdraw_obsolete_early(self) -> None:
+        """Drop an early decode not yet handed out whose pause is over or ended elsewhere.
+
+        Audio that arrives faster than real time (a replay, a burst after a stall) runs
+        many blocks through the VAD in one call: a pause long enough for an early decode
+        is often followed, within the same call, by more speech. That decode can no longer
+        be the final, and there is no partial to show from it that a later one would not
+        replace, so it never reaches the engine.
+        """
+        for utt in self._utts.values():
+            early = utt.early
+            if early is None or utt.final_request is early:
+                continue
+            early_end = early.start_sample + early.num_samples
+            pausing = not utt.final_requested and self._pending_end == early_end
+            if pausing or not any(r is early for r in self._requests):
+                continue
+            self._requests.remove(early)
+            utt.early = None
 
     def _on_segment(self, seg: SegmentEvent, now: float, cause: StopCause) -> None:
         if seg.kind is SegmentEventKind.STARTED:

@@ -341,6 +341,19 @@ def test_no_partial_is_spent_on_a_pause_the_last_one_reached() -> None:
     assert len(resumed) >= 3  # partials go on through the new speech
 
 
+@pytest.mark.parametrize("chunk_s", [0.1, 4.0])
+def test_an_early_decode_overtaken_within_one_burst_never_leaves(chunk_s: float) -> None:
+    # A 300 ms pause: an early decode is due, then speech resumes.
+    data = to_s16le(tone_bursts([(0.5, 1.5), (1.8, 3.0)], 4.0))
+    requests = collect_requests(make_session(), data, int(chunk_s * BYTES_PER_S))
+    early_ends = [r.start_sample + r.num_samples for r in requests if r.kind is RequestKind.EARLY]
+    # Live, each early decode goes out at once; in one burst the first one is overtaken by
+    # the speech after it before the call ends, and only the one that is the final leaves.
+    assert early_ends == ([24000, 48000] if chunk_s < 1 else [48000])
+    (final,) = final_requests(requests)
+    assert (final.start_sample, final.start_sample + final.num_samples) == (8000, 48000)
+
+
 def test_early_finals_can_be_turned_off() -> None:
     data = to_s16le(tone_bursts([(0.5, 2.0)], 4.0))
     session = make_session(early_final_ms=0)

@@ -42,14 +42,19 @@ def free_port() -> int:
 def sherpa(
     python: Path, examples: Path, model: Path, tokens: Path, args: tuple[str, ...]
 ) -> Iterator[Running]:
-    """sherpa-onnx's server with our weights in its layout; it writes its log/ in a temp dir."""
+    """sherpa-onnx's server with our weights in its layout; it writes its log/ in a temp dir.
+
+    `examples` is python-api-examples/ of a sherpa-onnx checkout (the script, its
+    http_server.py and web/)."""
     script = examples / "non_streaming_server.py"
-    if not (script.is_file() and (examples / "http_server.py").is_file()):
-        raise FileNotFoundError(f"{examples} lacks non_streaming_server.py or http_server.py")
+    needed = (script, examples / "http_server.py", examples / "web")
+    if not all(path.exists() for path in needed):
+        raise FileNotFoundError(f"{examples} lacks non_streaming_server.py, http_server.py or web/")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as work:
         command = [str(python), str(script), "--sense-voice", str(model), "--tokens", str(tokens)]
-        command += ["--port", str(port), "--doc-root", work, *args]
+        # Its HTTP side serves the example pages, which must exist even though no one asks.
+        command += ["--port", str(port), "--doc-root", str(examples / "web"), *args]
         proc = subprocess.Popen(
             command,
             cwd=work,
