@@ -439,8 +439,16 @@ class Session:
 
     def _run_blocks_inline(self, now: float) -> None:
         block = self._config.block_samples
-        while self._ring.end - self._fed >= block:
-            self._feed_vad(self._fed + block, now, final=False)
+        ends = range(self._fed + block, self._ring.end + 1, block)
+        if not self._options.turns.vad:
+            for until in ends:
+                self._apply_step(VadStep(until, (), None), now, final=False)
+            return
+        if self._vad_job is not None:
+            raise RuntimeError("the VAD was asked inline while a job of its is out")
+        verdicts = self._vad.accept_blocks([self._ring.read(u - block, u) for u in ends])
+        for until, verdict in zip(ends, verdicts, strict=True):
+            self._apply_step(VadStep(until, verdict.events, verdict.pending_end), now, False)
 
     def _feed_vad(self, until: int, now: float, final: bool) -> None:
         if self._vad_job is not None:

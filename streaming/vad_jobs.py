@@ -39,8 +39,8 @@ class VadJob:
 
     def run(self) -> tuple[VadStep, ...]:
         """Feed every block to the detector; the session must not touch it meanwhile."""
-        steps = []
-        for until, samples in self._blocks:
-            events = tuple(self._stream.accept(samples))
-            steps.append(VadStep(until, events, self._stream.pending_end()))
-        return tuple(steps)
+        verdicts = self._stream.accept_blocks([samples for _, samples in self._blocks])
+        return tuple(
+            VadStep(until, verdict.events, verdict.pending_end)
+            for (until, _), verdict in zip(self._blocks, verdicts, strict=True)
+        )

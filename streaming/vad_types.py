@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,11 +38,27 @@ class VadConfig:
             raise ValueError("end_silence_ms must be within 50..10000")
 
 
+@dataclass(frozen=True, slots=True)
+class BlockVerdict:
+    """What a detector said after one block: its boundaries and the pause's pending end."""
+
+    events: tuple[VadEvent, ...]
+    pending_end: int | None
+
+
 class StreamingVad(Protocol):
     """Per-session detector state. Output never depends on how the input was chunked."""
 
     def accept(self, samples: np.ndarray) -> list[VadEvent]:
         """Feed float32 16 kHz samples; return the boundaries decided so far, in order."""
+        ...
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        """Feed blocks in order; per block, what `accept` and then `pending_end` would say.
+
+        The same verdicts as block-by-block calls; a detector may score all the blocks
+        in one model call (a burst of audio: a replay, or a stream catching up).
+        """
         ...
 
     def flush(self) -> list[VadEvent]:
@@ -65,3 +82,8 @@ class VadModel(Protocol):
     def new_stream(self, config: VadConfig) -> StreamingVad:
         """A fresh per-session detector state sharing this model's weights."""
         ...
+
+
+def accept_each(stream: StreamingVad, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+    """`accept_blocks` for a detector with nothing to gain from seeing blocks together."""
+    return [BlockVerdict(tuple(stream.accept(b)), stream.pending_end()) for b in blocks]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streaming.blocks import Reblocker, as_mono_float
-from streaming.vad_types import VadConfig, VadEvent, VadEventKind
+from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -87,6 +88,9 @@ class WebrtcVadStream:
             if event is not None:
                 events.append(event)
         return events
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        return accept_each(self, blocks)
 
     def flush(self) -> list[VadEvent]:
         """End of stream: close open speech at the stream end (a partial frame is not scored)."""

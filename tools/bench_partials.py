@@ -31,7 +31,7 @@ from streaming.commands import Audio
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
-from streaming.vad_types import VadConfig, VadEvent, VadEventKind
+from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
 
 
 class OneUtteranceVad:
@@ -45,6 +45,9 @@ class OneUtteranceVad:
             return []
         self._started = True
         return [VadEvent(VadEventKind.SPEECH_START, 0)]
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        return accept_each(self, blocks)
 
     def flush(self) -> list[VadEvent]:
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from server.app import App
 from server.config import ServerConfig
-from streaming.vad_types import StreamingVad, VadConfig, VadEvent, VadModel
+from streaming.vad_types import BlockVerdict, StreamingVad, VadConfig, VadEvent, VadModel
 
 
 @contextlib.asynccontextmanager
@@ -42,6 +42,11 @@ class HookedStream:
     def accept(self, samples: np.ndarray) -> list[VadEvent]:
         self.hook(samples)
         return self.inner.accept(samples)
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        for samples in blocks:
+            self.hook(samples)
+        return self.inner.accept_blocks(blocks)
 
     def flush(self) -> list[VadEvent]:
         return self.inner.flush()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 
 from server.vad_pump import Outcome, VadPump, run_jobs
 from streaming.vad_jobs import VadJob
-from streaming.vad_types import VadEvent
+from streaming.vad_types import BlockVerdict, VadEvent, accept_each
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
 from tools.client import run_session
@@ -75,6 +75,9 @@ class Detector:
         if self.fail and self.blocks == 2:
             raise ValueError("detector fault")
         return []
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        return accept_each(self, blocks)
 
     def flush(self) -> list[VadEvent]:
         return []

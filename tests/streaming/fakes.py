@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from streaming.errors import ProtocolError
 from streaming.limits import SessionLimits
 from streaming.protocols.v1 import V1Codec
 from streaming.session import Session
-from streaming.vad_types import VadConfig, VadEvent, VadEventKind
+from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
 
 FRAME = 160  # 10 ms at 16 kHz
 
@@ -63,6 +64,9 @@ class EnergyVadStream:
             if self._silent >= self._hang:
                 events.append(VadEvent(VadEventKind.SPEECH_END, self._last_voiced_end))
                 self._in_speech = False
+
+    def accept_blocks(self, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:
+        return accept_each(self, blocks)
 
     def pending_end(self) -> int | None:
         return self._last_voiced_end if self._in_speech and self._silent > 0 else None

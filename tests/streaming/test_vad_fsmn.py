@@ -83,6 +83,31 @@ def test_events_do_not_depend_on_chunking(
     assert feed(model.new_stream(VadConfig()), signal, chunk) == baseline
 
 
+@pytest.mark.parametrize("block", [1600, 1000])
+def test_blocks_scored_together_say_what_one_at_a_time_says(
+    model: FsmnVadModel, signal: np.ndarray, block: int
+) -> None:
+    blocks = [signal[i : i + block] for i in range(0, signal.size - block + 1, block)]
+    alone = model.new_stream(VadConfig())
+    expected = [(tuple(alone.accept(b)), alone.pending_end()) for b in blocks]
+    calls: list[int] = []
+    together = model.new_stream(VadConfig())
+    infer = together._infer
+
+    def counting(feats: np.ndarray, caches: list[np.ndarray]) -> tuple[np.ndarray, list]:
+        calls.append(feats.shape[1])
+        return infer(feats, caches)
+
+    together._infer = counting  # type: ignore[method-assign]
+    verdicts = []
+    for start in range(0, len(blocks), 37):  # bursts of 3.7 s (1000-sample blocks: 2.3 s)
+        verdicts += together.accept_blocks(blocks[start : start + 37])
+    assert [(v.events, v.pending_end) for v in verdicts] == expected
+    assert any(e for e, _ in expected) and any(p is not None for _, p in expected)
+    assert len(calls) <= -(-len(blocks) // 37)  # at most one FSMN call per burst
+    assert together.flush() == alone.flush()
+
+
 def test_flush_in_mid_speech_closes_at_stream_end(model: FsmnVadModel, signal: np.ndarray) -> None:
     second = energy_regions(signal)[1]
     cut = (second[0] + second[1]) // 2
