@@ -12,19 +12,38 @@ returned, `fbanks`, `fbanks_lens`) is computed as funasr computes it.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import kaldi_native_fbank as knf
 import numpy as np
 
 
-def streaming_fbank_frontend(base: type) -> type:
-    """A subclass of funasr_onnx's `WavFrontendOnline` (`base`) with a per-stream fbank."""
+def streaming_fbank_frontend(base: Any, cmvn_file: str | None = None) -> type:
+    """A subclass of funasr_onnx's `WavFrontendOnline` (`base`) with a per-stream fbank.
+
+    With `cmvn_file`, that file is parsed here once and every stream shares the (read-only)
+    statistics, where funasr parses it again for each new stream.
+    """
+    shared = _read_cmvn(base, cmvn_file) if cmvn_file else None
 
     class StreamingFbankFrontend(base):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.stream_fbank = StreamFbank(self.opts)
+
+        def load_cmvn(self) -> np.ndarray:
+            if shared is not None and self.cmvn_file == cmvn_file:
+                return shared
+            loaded: np.ndarray = super().load_cmvn()
+            return loaded
+
+        def apply_cmvn(self, inputs: np.ndarray) -> np.ndarray:
+            # funasr tiles the statistics to the block's shape first; broadcasting gives
+            # the same sums and products without building them.
+            dim = inputs.shape[1]
+            out: np.ndarray = (inputs + self.cmvn[0, :dim]) * self.cmvn[1, :dim]
+            return out
 
         def fbank(self, input: np.ndarray, input_lengths: np.ndarray) -> tuple[Any, Any, Any]:
             if input.shape[0] != 1:  # funasr's own batch path; the VAD never takes it
@@ -33,6 +52,13 @@ def streaming_fbank_frontend(base: type) -> type:
             return _fbank(self, input)
 
     return StreamingFbankFrontend
+
+
+def _read_cmvn(base: Any, path: str) -> np.ndarray:
+    """funasr's own parser of `am.mvn`; it reads nothing of its instance but the path."""
+    stats: np.ndarray = base.load_cmvn(SimpleNamespace(cmvn_file=path))
+    stats.flags.writeable = False
+    return stats
 
 
 class StreamFbank:

@@ -141,7 +141,7 @@ class FsmnVadModel:
         self._frame_hop = int(self._model_conf.get("frame_in_ms", 10)) * SAMPLES_PER_MS
         self._frame_window = int(self._model_conf.get("frame_length_ms", 25)) * SAMPLES_PER_MS
         self._frontend_cls: Callable[..., _Frontend] = streaming_fbank_frontend(
-            _funasr_onnx_leaf("frontend").WavFrontendOnline
+            _funasr_onnx_leaf("frontend").WavFrontendOnline, str(self.model_dir / "am.mvn")
         )
         self._scorer_cls: Callable[[dict[str, Any]], _Scorer] = _funasr_onnx_leaf(
             "e2e_vad"

@@ -24,7 +24,9 @@ def frontends() -> tuple[object, object]:
     base = _funasr_onnx_leaf("frontend").WavFrontendOnline
     conf = {**_read_config(package_model_dir())["frontend_conf"], "dither": 0.0}
     cmvn = str(package_model_dir() / "am.mvn")
-    return base(cmvn_file=cmvn, **conf), streaming_fbank_frontend(base)(cmvn_file=cmvn, **conf)
+    return base(cmvn_file=cmvn, **conf), streaming_fbank_frontend(base, cmvn)(
+        cmvn_file=cmvn, **conf
+    )
 
 
 def extract(frontend: object, block: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -45,6 +47,16 @@ def test_every_output_equals_funasrs(speech: np.ndarray) -> None:
             assert np.array_equal(a, b), f"call {calls} (block of {size})"
         position, calls = position + size, calls + 1
     assert calls > 100
+
+
+def test_streams_share_one_parse_of_the_statistics() -> None:
+    base = _funasr_onnx_leaf("frontend").WavFrontendOnline
+    conf = {**_read_config(package_model_dir())["frontend_conf"], "dither": 0.0}
+    cmvn = str(package_model_dir() / "am.mvn")
+    cls = streaming_fbank_frontend(base, cmvn)
+    first, second = cls(cmvn_file=cmvn, **conf), cls(cmvn_file=cmvn, **conf)
+    assert first.cmvn is second.cmvn and not first.cmvn.flags.writeable
+    assert np.array_equal(first.cmvn, base(cmvn_file=cmvn, **conf).cmvn)
 
 
 def test_a_reset_frontend_starts_its_fbank_again(speech: np.ndarray) -> None:
