@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 from streaming.vad_jobs import VadJob, VadStep
+from streaming.vad_types import BatchingVadModel
 
 Outcome = tuple[VadStep, ...] | Exception
 
@@ -29,13 +30,46 @@ class VadClient(Protocol):
 
 
 def run_jobs(jobs: Sequence[VadJob]) -> list[Outcome]:
-    """Run each job; a job's fault is its own session's, never its neighbours'."""
-    outcomes: list[Outcome] = []
-    for job in jobs:
+    """Run each job; a job's fault is its own session's, never its neighbours'.
+
+    Jobs of a batching model (the FSMN) are scored together: one model call per group
+    of streams with as many frames, so the per-call overhead is paid once per tick.
+    """
+    outcomes: dict[int, Outcome] = {}
+    batching: dict[int, tuple[BatchingVadModel, list[int]]] = {}
+    for index, job in enumerate(jobs):
+        if isinstance(job.model, BatchingVadModel):
+            batching.setdefault(id(job.model), (job.model, []))[1].append(index)
+            continue
         try:
-            outcomes.append(job.run())
+            outcomes[index] = job.run()
+        except Exception as exc:  # noqa: BLE001 - handed back to that one session
+            outcomes[index] = exc
+    for model, members in batching.values():
+        together = _run_together(model, [jobs[i] for i in members])
+        outcomes.update(zip(members, together, strict=True))
+    return [outcomes[index] for index in range(len(jobs))]
+
+
+def _run_together(model: BatchingVadModel, jobs: Sequence[VadJob]) -> list[Outcome]:
+    """Prepare each job, score them all in one go, finish each; faults stay per job."""
+    outcomes: list[Outcome] = []
+    prepared: dict[int, Any] = {}
+    for index, job in enumerate(jobs):
+        try:
+            prepared[index] = model.prepare(job.stream, job.block_samples())
+            outcomes.append(())
         except Exception as exc:  # noqa: BLE001 - handed back to that one session
             outcomes.append(exc)
+    try:
+        model.score(list(prepared.values()))
+    except Exception as exc:  # noqa: BLE001 - every session scored in that call
+        return [exc if i in prepared else outcome for i, outcome in enumerate(outcomes)]
+    for index, item in prepared.items():
+        try:
+            outcomes[index] = jobs[index].steps(model.finish(item))
+        except Exception as exc:  # noqa: BLE001 - handed back to that one session
+            outcomes[index] = exc
     return outcomes
 
 

@@ -272,7 +272,7 @@ class Session:
             return None
         ends = range(self._fed + block, self._fed + (whole + 1) * block, block)
         blocks = tuple((end, self._ring.read(end - block, end)) for end in ends)
-        self._vad_job = VadJob(self._vad, blocks)
+        self._vad_job = VadJob(self._vad, blocks, self._vad_model)
         return self._vad_job
 
     def apply_vad(self, job: VadJob, steps: tuple[VadStep, ...], now: float) -> None:

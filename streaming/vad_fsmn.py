@@ -13,8 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from streaming.blocks import Reblocker, as_mono_float
+from streaming.onnx_batch_dim import ProtobufError, with_symbolic_batch
 from streaming.vad_frontend import streaming_fbank_frontend
-from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind
+from streaming.vad_types import BlockVerdict, StreamingVad, VadConfig, VadEvent, VadEventKind
 
 FloatArray = npt.NDArray[np.float32]
 Segments = list[list[list[int]]]
@@ -150,7 +151,8 @@ class FsmnVadModel:
         inputs = self._session.get_inputs()
         self._feats_name: str = inputs[0].name
         self._cache_names: list[str] = [item.name for item in inputs[1:]]
-        self._cache_shapes = [tuple(int(dim) for dim in item.shape) for item in inputs[1:]]
+        # One stream's memory: batch 1, whatever the graph now declares there.
+        self._cache_shapes = [(1, *(int(dim) for dim in item.shape[1:])) for item in inputs[1:]]
 
     @classmethod
     def from_package(cls, threads: int = 1, *, start_padding_ms: int = 0) -> FsmnVadModel:
@@ -167,11 +169,13 @@ class FsmnVadModel:
         options.log_severity_level = 3
         # Spinning threads burn a core between the many tiny per-block calls.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(
-            str(self.model_dir / "model.onnx"),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
+        # A symbolic batch dimension lets one call score many streams (`score`).
+        path = self.model_dir / "model.onnx"
+        try:
+            graph = with_symbolic_batch(path.read_bytes())
+        except ProtobufError as exc:
+            raise ValueError(f"{path} is not an ONNX model: {exc}") from exc
+        return ort.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
 
     def _infer(
         self, feats: FloatArray, caches: Sequence[FloatArray]
@@ -192,6 +196,7 @@ class FsmnVadModel:
             }
         )
         return FsmnVadStream(
+            owner=self,
             infer=self._infer,
             frontend=self._frontend_cls(
                 cmvn_file=str(self.model_dir / "am.mvn"), **self._frontend_conf
@@ -202,6 +207,78 @@ class FsmnVadModel:
             frame_hop=self._frame_hop,
             frame_window=self._frame_window,
         )
+
+    def prepare(self, stream: StreamingVad, blocks: Sequence[np.ndarray]) -> PreparedBlocks:
+        """One of this model's streams' blocks, features computed (the stream's own state)."""
+        if not isinstance(stream, FsmnVadStream) or stream.owner is not self:
+            raise TypeError("prepare() takes a stream this model made")
+        return stream.prepare(blocks)
+
+    def score(self, prepared: Sequence[PreparedBlocks]) -> None:
+        """Score every stream's frames; streams with as many frames share one FSMN call.
+
+        Streams are stacked on the batch axis, each with its own FSMN memory, so each gets
+        exactly the scores a call of its own would give (tested). Frame counts rarely
+        differ: live streams send 100 ms at a time.
+        """
+        by_frames: dict[int, list[PreparedBlocks]] = {}
+        for item in prepared:
+            if item.frames:
+                by_frames.setdefault(item.frames, []).append(item)
+        for group in by_frames.values():
+            feats = np.concatenate([item.joined() for item in group], axis=0)
+            caches = [
+                np.concatenate(layer, axis=0)
+                for layer in zip(*(item.stream.caches for item in group), strict=True)
+            ]
+            scores, out_caches = self._infer(feats, caches)
+            for row, item in enumerate(group):
+                item.scores = scores[row : row + 1]
+                item.stream.caches = [c[row : row + 1] for c in out_caches]
+
+    def finish(self, prepared: PreparedBlocks) -> list[BlockVerdict]:
+        """The endpointer over one stream's scored blocks: its verdict per block."""
+        return prepared.stream.finish(prepared)
+
+
+class PreparedBlocks:
+    """One stream's blocks with their feature frames, waiting for the FSMN's scores."""
+
+    __slots__ = ("feats", "groups", "scores", "stream")
+
+    def __init__(
+        self,
+        stream: FsmnVadStream,
+        groups: list[list[FloatArray]],
+        feats: list[FloatArray | None],
+    ) -> None:
+        self.stream = stream
+        self.groups = groups  # our 100 ms blocks, per block the caller gave
+        self.feats = feats  # per our block (None: the frontend is still filling its window)
+        self.scores: FloatArray | None = None  # [1, frames, classes] once scored
+
+    @property
+    def frames(self) -> int:
+        return sum(f.shape[1] for f in self.feats if f is not None)
+
+    def joined(self) -> FloatArray:
+        """Every block's frames in order, [1, frames, dims]."""
+        present = [f for f in self.feats if f is not None]
+        return present[0] if len(present) == 1 else np.concatenate(present, axis=1)
+
+    def split_scores(self) -> list[FloatArray | None]:
+        """The scores cut back into our blocks."""
+        if self.frames and self.scores is None:
+            raise RuntimeError("finish() before score(): these blocks have no scores")
+        out: list[FloatArray | None] = []
+        start = 0
+        for f in self.feats:
+            if f is None or self.scores is None:
+                out.append(None)
+                continue
+            out.append(self.scores[:, start : start + f.shape[1]])
+            start += f.shape[1]
+        return out
 
 
 class _FrameHistory:
@@ -238,6 +315,7 @@ class FsmnVadStream:
     def __init__(
         self,
         *,
+        owner: object,
         infer: Infer,
         frontend: _Frontend,
         scorer: _Scorer,
@@ -246,6 +324,7 @@ class FsmnVadStream:
         frame_hop: int,
         frame_window: int,
     ) -> None:
+        self.owner = owner  # the model whose `score` may batch this stream with others
         self._infer = infer
         self._frontend = frontend
         self._scorer = scorer
@@ -319,22 +398,46 @@ class FsmnVadStream:
         blocks in one call gives exactly the scores of one call per block (tested); a burst
         then costs one onnxruntime call instead of one per 100 ms.
         """
+        prepared = self.prepare(blocks)
+        if prepared.frames:
+            scores, self._caches = self._infer(prepared.joined(), self._caches)
+            prepared.scores = scores
+        return self.finish(prepared)
+
+    def prepare(self, blocks: Sequence[npt.ArrayLike]) -> PreparedBlocks:
+        """Cut the blocks into our 100 ms ones and compute their features (frontend state)."""
         if self._closed:
             raise RuntimeError("accept_blocks() after flush(): the stream has ended")
         groups = [list(self._blocks.feed(as_mono_float(samples))) for samples in blocks]
-        ours = [block for group in groups for block in group]
-        scores = iter(self._score_all([self._features(block) for block in ours]))
+        feats = [self._features(block) for group in groups for block in group]
+        return PreparedBlocks(self, groups, feats)
+
+    def finish(self, prepared: PreparedBlocks) -> list[BlockVerdict]:
+        """Run the endpointer over the scored blocks; per caller block, its verdict."""
+        scores = iter(prepared.split_scores())
         verdicts = []
-        for group in groups:
+        for group in prepared.groups:
             events: list[VadEvent] = []
             for block in group:
                 events.extend(self._endpoint(block, next(scores)))
             verdicts.append(BlockVerdict(tuple(events), self.pending_end()))
         return verdicts
 
+    @property
+    def caches(self) -> list[FloatArray]:
+        """The FSMN memory to carry into the next frames."""
+        return self._caches
+
+    @caches.setter
+    def caches(self, value: list[FloatArray]) -> None:
+        self._caches = value
+
     def _run(self, block: FloatArray) -> list[VadEvent]:
         """Score one block through frontend, FSMN and funasr's endpointer."""
-        (scores,) = self._score_all([self._features(block)])
+        feats = self._features(block)
+        scores = None
+        if feats is not None:
+            scores, self._caches = self._infer(feats, self._caches)
         return self._endpoint(block, scores)
 
     def _features(self, block: FloatArray) -> FloatArray | None:
@@ -342,23 +445,6 @@ class FsmnVadStream:
         lengths = np.array([block.size], dtype=np.int32)
         feats, _ = self._frontend.extract_fbank(block[np.newaxis, :], lengths, False)
         return feats.astype(np.float32) if feats.size else None
-
-    def _score_all(self, feats: Sequence[FloatArray | None]) -> list[FloatArray | None]:
-        """Frame posteriors per entry of `feats`, from one FSMN call over their frames."""
-        present = [f for f in feats if f is not None]
-        if not present:
-            return [None] * len(feats)
-        joined = present[0] if len(present) == 1 else np.concatenate(present, axis=1)
-        scores, self._caches = self._infer(joined, self._caches)
-        out: list[FloatArray | None] = []
-        start = 0
-        for f in feats:
-            if f is None:
-                out.append(None)
-                continue
-            out.append(scores[:, start : start + f.shape[1]])
-            start += f.shape[1]
-        return out
 
     def _endpoint(self, block: FloatArray, scores: FloatArray | None) -> list[VadEvent]:
         """funasr's endpointer over one block's scores (None: no frames yet)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -82,6 +82,23 @@ class VadModel(Protocol):
     def new_stream(self, config: VadConfig) -> StreamingVad:
         """A fresh per-session detector state sharing this model's weights."""
         ...
+
+
+@runtime_checkable
+class BatchingVadModel(Protocol):
+    """A model that scores many of its streams' blocks together, in three steps.
+
+    `prepare` one stream's blocks (its own state: features), `score` many prepared at once
+    (the shared model: one call per group that can share it), then `finish` each (its own
+    state again: the endpointer). Each step may raise; the caller keeps a stream's fault
+    to that stream, and a failed `score` to the group it was given.
+    """
+
+    def prepare(self, stream: StreamingVad, blocks: Sequence[np.ndarray]) -> Any: ...
+
+    def score(self, prepared: Sequence[Any]) -> None: ...
+
+    def finish(self, prepared: Any) -> list[BlockVerdict]: ...
 
 
 def accept_each(stream: StreamingVad, blocks: Sequence[np.ndarray]) -> list[BlockVerdict]:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from server.vad_pump import Outcome, VadPump, run_jobs
+from streaming.vad_fsmn import FsmnVadModel
 from streaming.vad_jobs import VadJob
-from streaming.vad_types import BlockVerdict, VadEvent, accept_each
+from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, accept_each
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
 from tools.client import run_session
@@ -98,6 +99,22 @@ def test_a_faulty_job_is_its_own_sessions_alone() -> None:
     assert [step.pending_end for step in outcomes[0]] == [1600, 3200, 4800]  # type: ignore[union-attr]
     assert isinstance(outcomes[1], ValueError)
     assert len(outcomes[2]) == 1  # type: ignore[arg-type]
+
+
+def test_fsmn_jobs_are_scored_together_and_a_fault_stays_its_own(
+    speech_clips: list[Clip],
+) -> None:
+    model = FsmnVadModel.from_package()
+    audio = three_sentences(speech_clips)
+    blocks = tuple(((i + 1) * 1600, audio[i * 1600 : (i + 1) * 1600]) for i in range(40))
+    alone = VadJob(model.new_stream(VadConfig()), blocks, model).run()
+    closed = model.new_stream(VadConfig())
+    closed.flush()  # a stream past its end: its prepare raises
+    jobs = [VadJob(model.new_stream(VadConfig()), blocks, model) for _ in range(3)]
+    outcomes = run_jobs([jobs[0], VadJob(closed, blocks, model), *jobs[1:]])
+    assert isinstance(outcomes[1], RuntimeError)
+    assert outcomes[0] == outcomes[2] == outcomes[3] == alone
+    assert any(step.events for step in alone)
 
 
 class Client:

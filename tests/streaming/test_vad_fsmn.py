@@ -108,6 +108,41 @@ def test_blocks_scored_together_say_what_one_at_a_time_says(
     assert together.flush() == alone.flush()
 
 
+def test_streams_scored_together_get_their_own_verdicts(
+    model: FsmnVadModel, signal: np.ndarray
+) -> None:
+    # Three streams on shifted audio, one joining late (its first block has fewer frames).
+    audios = [signal, np.roll(signal, 24_000), signal[::-1].copy()]
+    joins = [0, 0, 7]
+    alone = [model.new_stream(VadConfig()) for _ in audios]
+    together = [model.new_stream(VadConfig()) for _ in audios]
+    calls: list[int] = []
+    infer = model._infer
+
+    def counting(feats: np.ndarray, caches: list[np.ndarray]) -> tuple[np.ndarray, list]:
+        calls.append(feats.shape[0])
+        return infer(feats, caches)
+
+    ticks = signal.size // 1600 - 8
+    for tick in range(ticks):
+        live = [k for k in range(3) if tick >= joins[k]]
+        blocks = {k: [audios[k][(tick - joins[k]) * 1600 :][:1600]] for k in live}
+        want = {k: alone[k].accept_blocks(blocks[k]) for k in live}
+        model._infer = counting  # type: ignore[method-assign]
+        prepared = {k: model.prepare(together[k], blocks[k]) for k in live}
+        model.score(list(prepared.values()))
+        model._infer = infer  # type: ignore[method-assign]
+        assert {k: model.finish(p) for k, p in prepared.items()} == want, f"tick {tick}"
+    assert max(calls) == 3 and len(calls) < 1.2 * ticks  # mostly one call for all three
+    assert [s.flush() for s in together] == [s.flush() for s in alone]
+
+
+def test_prepare_takes_only_this_models_streams(model: FsmnVadModel) -> None:
+    other = FsmnVadModel.from_package()
+    with pytest.raises(TypeError):
+        model.prepare(other.new_stream(VadConfig()), [np.zeros(1600, np.float32)])
+
+
 def test_flush_in_mid_speech_closes_at_stream_end(model: FsmnVadModel, signal: np.ndarray) -> None:
     second = energy_regions(signal)[1]
     cut = (second[0] + second[1]) // 2

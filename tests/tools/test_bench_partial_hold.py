@@ -18,10 +18,10 @@ FINAL = Transcript(
 
 
 def test_edit_distance_counts_word_edits() -> None:
-    assert edit_distance("a b c".split(), "a b c".split()) == 0
-    assert edit_distance("a x c".split(), "a b c".split()) == 1
-    assert edit_distance([], "a b".split()) == 2
-    assert edit_distance("a b c d".split(), "b c".split()) == 2
+    assert edit_distance(["a", "b", "c"], ["a", "b", "c"]) == 0
+    assert edit_distance(["a", "x", "c"], ["a", "b", "c"]) == 1
+    assert edit_distance([], ["a", "b"]) == 2
+    assert edit_distance(["a", "b", "c", "d"], ["b", "c"]) == 2
 
 
 def test_a_partial_is_held_to_the_finals_words_over_its_own_span() -> None:
