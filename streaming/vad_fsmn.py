@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from streaming.blocks import Reblocker, as_mono_float
 from streaming.onnx_batch_dim import ProtobufError, with_symbolic_batch
+from streaming.vad_endpointer import lean_endpointer
 from streaming.vad_frontend import streaming_fbank_frontend
 from streaming.vad_types import BlockVerdict, StreamingVad, VadConfig, VadEvent, VadEventKind
 
@@ -144,9 +145,9 @@ class FsmnVadModel:
         self._frontend_cls: Callable[..., _Frontend] = streaming_fbank_frontend(
             _funasr_onnx_leaf("frontend").WavFrontendOnline, str(self.model_dir / "am.mvn")
         )
-        self._scorer_cls: Callable[[dict[str, Any]], _Scorer] = _funasr_onnx_leaf(
-            "e2e_vad"
-        ).E2EVadModel
+        self._scorer_cls: Callable[[dict[str, Any]], _Scorer] = lean_endpointer(
+            _funasr_onnx_leaf("e2e_vad")
+        )
         self._session = self._open_session(threads)
         inputs = self._session.get_inputs()
         self._feats_name: str = inputs[0].name

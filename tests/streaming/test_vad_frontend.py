@@ -1,5 +1,5 @@
-"""The per-stream fbank frontend gives funasr_onnx's frontend's outputs exactly, and so the
-FSMN VAD's events on real espeak speech are the same either way."""
+"""The per-stream fbank frontend gives funasr_onnx's frontend's outputs exactly, and with the
+lean endpointer the FSMN VAD's events on real espeak speech are funasr's own."""
 
 from __future__ import annotations
 
@@ -71,17 +71,20 @@ def test_a_reset_frontend_starts_its_fbank_again(speech: np.ndarray) -> None:
 
 
 def test_vad_events_are_unchanged(speech: np.ndarray) -> None:
+    # funasr's own frontend and endpointer against ours: events and pending ends.
     ours = FsmnVadModel.from_package()
     reference = FsmnVadModel.from_package()
     reference._frontend_cls = _funasr_onnx_leaf("frontend").WavFrontendOnline
-    results: list[list[VadEvent]] = []
+    reference._scorer_cls = _funasr_onnx_leaf("e2e_vad").E2EVadModel
+    results: list[list[tuple[list[VadEvent], int | None]]] = []
     for model in (reference, ours):
         stream = model.new_stream(VadConfig(end_silence_ms=300))
-        events = [
-            e
+        said = [
+            (stream.accept(speech[start : start + 1600]), stream.pending_end())
             for start in range(0, speech.size, 1600)
-            for e in stream.accept(speech[start : start + 1600])
         ]
-        results.append(events + stream.flush())
-    assert len(results[0]) >= 6  # three sentences (a long pause may split one at 300 ms)
+        results.append([*said, (stream.flush(), None)])
+    events = [e for step, _ in results[0] for e in step]
+    assert len(events) >= 6  # three sentences (a long pause may split one at 300 ms)
+    assert sum(1 for _, pending in results[0] if pending is not None) >= 5
     assert results[1] == results[0]
