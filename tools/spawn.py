@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -151,6 +151,29 @@ class Output:
             thread.join(timeout_s)
 
 
+def start_followed(
+    command: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Output]:
+    """Start a child with no stdin and both output pipes read into an `Output`."""
+    proc = subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+    )
+    if proc.stdout is None or proc.stderr is None:
+        raise SpawnError("no pipes to the child")
+    output = Output()
+    output.follow("stdout", proc.stdout)
+    output.follow("stderr", proc.stderr)
+    return proc, output
+
+
 def wait_ready(http_url: str, timeout_s: float, *, verify: bool = True) -> None:
     """Long-poll `/readyz?wait=8` until it answers 200; SpawnError on a deadline or a
     server that cannot become ready (draining, no answer)."""
@@ -177,23 +200,8 @@ class SpawnedServer:
     def __init__(self, spec: ServerSpec) -> None:
         """Start the child and return once it has printed where it listens."""
         self.spec = spec
-        self.output = Output()
         env = {**(os.environ if spec.env is None else spec.env), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            spec.command,
-            cwd=spec.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        )
-        if self.proc.stdout is None or self.proc.stderr is None:
-            raise SpawnError("no pipes to the server")
-        self.output.follow("stdout", self.proc.stdout)
-        self.output.follow("stderr", self.proc.stderr)
+        self.proc, self.output = start_followed(spec.command, cwd=spec.cwd, env=env)
         first = self.output.first_line("stdout", spec.start_timeout_s)
         address = Address.parse(first or "")
         if address is None:

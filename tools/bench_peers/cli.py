@@ -54,11 +54,18 @@ def systems(args: argparse.Namespace, clips: Path) -> list[rounds.System]:
     ]
 
 
+def side_env_missing(python: Path, setup: str) -> bool:
+    """Say so, with how to make it, when sherpa-onnx's side environment is not there."""
+    if python.exists():
+        return False
+    print(f"error: no sherpa-onnx side environment at {python}", file=sys.stderr)
+    print(setup, file=sys.stderr)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.sherpa_python.exists():
-        print(f"error: no sherpa-onnx side environment at {args.sherpa_python}", file=sys.stderr)
-        print(__doc__, file=sys.stderr)
+    if side_env_missing(args.sherpa_python, __doc__ or ""):
         return 2
     clips = save_clips(args.work / "clips.npz", make_clips())
     chosen = [s for s in args.scenarios.split(",") if s]

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.spawn import Output, ServerSpec, SpawnError, spawn
+from tools.spawn import ServerSpec, SpawnError, spawn, start_followed
 
 START_TIMEOUT_S = 300.0
 
@@ -55,20 +55,7 @@ def sherpa(
         command = [str(python), str(script), "--sense-voice", str(model), "--tokens", str(tokens)]
         # Its HTTP side serves the example pages, which must exist even though no one asks.
         command += ["--port", str(port), "--doc-root", str(examples / "web"), *args]
-        proc = subprocess.Popen(
-            command,
-            cwd=work,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-        )
-        output = Output()
-        if proc.stdout is None or proc.stderr is None:
-            raise SpawnError("no pipes to sherpa-onnx's server")
-        output.follow("stdout", proc.stdout)
-        output.follow("stderr", proc.stderr)
+        proc, output = start_followed(command, cwd=work)
         try:
             # It logs the addresses it serves once its socket is bound.
             if output.wait_for(rf"localhost:{port}\b", START_TIMEOUT_S) is None:

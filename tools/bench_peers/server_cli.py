@@ -19,7 +19,6 @@ import os
 import platform
 import shlex
 import statistics
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -32,6 +31,7 @@ from engine.loader import ensure_onnx
 from engine.model_dir import resolve_model
 from engine.tuning_cache import cpu_identity
 from tools.bench_peers import peer_servers
+from tools.bench_peers.cli import side_env_missing
 from tools.bench_peers.clips import make_clips
 from tools.bench_peers.rounds import wait_quiet
 from tools.bench_peers.server_clients import FunasrOfflineClient, SherpaClient, UtteranceClient
@@ -127,9 +127,7 @@ def medians(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.sherpa_python.exists():
-        print(f"error: no sherpa-onnx side environment at {args.sherpa_python}", file=sys.stderr)
-        print(__doc__, file=sys.stderr)
+    if side_env_missing(args.sherpa_python, __doc__ or ""):
         return 2
     clips = make_clips()
     systems = starters(args)
