@@ -1,0 +1,145 @@
+"""int8 recipes on this CPU: speed and frame agreement with fp32, side by side.
+
+Each recipe quantizes the model's fp32 export (`model.onnx`) with onnxruntime's dynamic
+quantizer; all sessions then decode the same espeak clips one at a time, the recipes
+taking turns over the passes, and each clip's frame argmaxes are held against fp32's.
+Unsigned per-tensor weights are the export's recipe (`engine/onnx_export.py`); signed
+weights saturate the u8 x s8 kernels of CPUs without VNNI unless `reduce_range` keeps
+them to 7 bits.
+
+The command line is scripts/bench_int8_recipes.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.frontend import Frontend
+from engine.loader import ensure_onnx
+from engine.model_dir import resolve_model
+from engine.prompts import prompt_arrays
+from engine.tuning_cache import cpu_identity
+from engine.types import DecodeOptions
+from tools.bench_peers.clips import make_clips
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    name: str
+    signed: bool
+    per_channel: bool
+    reduce_range: bool
+
+
+RECIPES = (
+    Recipe("u8-per-tensor (export)", False, False, False),
+    Recipe("u8-per-channel", False, True, False),
+    Recipe("s8-per-tensor", True, False, False),
+    Recipe("s8-reduce-range", True, False, True),
+    Recipe("s8-reduce-range-per-channel", True, True, True),
+)
+
+
+def quantize(src: Path, dst: Path, recipe: Recipe) -> Path:
+    """`src` quantized by `recipe` into `dst` (kept: quantizing takes about 20 s)."""
+    if dst.is_file():
+        return dst
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.disable(logging.WARNING)  # the quantizer logs a line per tensor
+    try:
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            op_types_to_quantize=["MatMul"],
+            per_channel=recipe.per_channel,
+            reduce_range=recipe.reduce_range,
+            weight_type=QuantType.QInt8 if recipe.signed else QuantType.QUInt8,
+        )
+    finally:
+        logging.disable(logging.NOTSET)
+    return dst
+
+
+def session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def argmaxes(sess: Any, feats: np.ndarray, prompts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    lang, norm = prompts
+    feed = {
+        "speech": feats[np.newaxis],
+        "speech_lengths": np.array([len(feats)], np.int32),
+        "language": lang,
+        "textnorm": norm,
+    }
+    ids, lens = sess.run(None, feed)
+    result: np.ndarray = ids[0, : lens[0]]
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="model dir with model.onnx (fp32)")
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache/sensestream/int8")
+    parser.add_argument("--clips", type=int, default=20)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args(argv)
+    model_dir = resolve_model(args.model)
+    ensure_onnx(model_dir, "fp32")  # the export every recipe quantizes
+    fp32 = model_dir.path / "model.onnx"
+    args.work.mkdir(parents=True, exist_ok=True)
+    paths = {"fp32": fp32}
+    for recipe in RECIPES:
+        slug = recipe.name.split(" ")[0]
+        paths[recipe.name] = quantize(
+            fp32, args.work / f"{model_dir.path.name}-{slug}.onnx", recipe
+        )
+    frontend = Frontend.from_model_dir(model_dir.path)
+    feats = [frontend.features(c) for c in make_clips()[: args.clips]]
+    prompts = prompt_arrays([DecodeOptions()])
+    sessions = {name: session(path, args.threads) for name, path in paths.items()}
+    reference = [argmaxes(sessions["fp32"], f, prompts) for f in feats]
+    seconds = dict.fromkeys(sessions, 0.0)
+    agreement: dict[str, float] = {}
+    for number in range(args.passes):
+        order = list(sessions) if number % 2 == 0 else list(reversed(sessions))
+        for name in order:
+            started = time.perf_counter()
+            out = [argmaxes(sessions[name], f, prompts) for f in feats]
+            seconds[name] += time.perf_counter() - started
+            agreement[name] = float(
+                np.mean([np.mean(a == b) for a, b in zip(out, reference, strict=True)])
+            )
+    rows = [
+        {
+            "recipe": name,
+            "seconds": round(seconds[name], 2),
+            "speed_over_export": round(seconds[RECIPES[0].name] / seconds[name], 3),
+            "frame_agreement_with_fp32": round(agreement[name], 4),
+        }
+        for name in sessions
+    ]
+    for row in rows:
+        print(json.dumps(row))
+    report = {"cpu": cpu_identity(), "model": str(model_dir.path), "clips": args.clips}
+    report |= {"passes": args.passes, "threads": args.threads, "rows": rows}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
