@@ -444,15 +444,17 @@ class Session:
             for until in ends:
                 self._apply_step(VadStep(until, (), None), now, final=False)
             return
-        if self._vad_job is not None:
-            raise RuntimeError("the VAD was asked inline while a job of its is out")
+        self._check_no_vad_job()
         verdicts = self._vad.accept_blocks([self._ring.read(u - block, u) for u in ends])
         for until, verdict in zip(ends, verdicts, strict=True):
             self._apply_step(VadStep(until, verdict.events, verdict.pending_end), now, False)
 
-    def _feed_vad(self, until: int, now: float, final: bool) -> None:
+    def _check_no_vad_job(self) -> None:
         if self._vad_job is not None:
             raise RuntimeError("the VAD was asked inline while a job of its is out")
+
+    def _feed_vad(self, until: int, now: float, final: bool) -> None:
+        self._check_no_vad_job()
         events: list[VadEvent] = []
         if self._options.turns.vad:
             events = self._vad.accept(self._ring.read(self._fed, until))
@@ -485,6 +487,8 @@ class Session:
         be the final, and there is no partial to show from it that a later one would not
         replace, so it never reaches the engine.
         """
+        if not self._requests:
+            return  # everything made so far has been handed out (live audio, every call)
         for utt in self._utts.values():
             early = utt.early
             if early is None or utt.final_request is early:

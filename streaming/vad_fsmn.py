@@ -331,7 +331,7 @@ class FsmnVadStream:
         self._scorer = scorer
         self._history = _FrameHistory()
         scorer.decibel = self._history
-        self._caches = caches
+        self.caches = caches  # the FSMN memory to carry into the next frames
         self._end_silence_ms = end_silence_ms
         self._frame_hop = frame_hop
         self._frame_window = frame_window
@@ -345,13 +345,7 @@ class FsmnVadStream:
 
     def accept(self, samples: npt.ArrayLike) -> list[VadEvent]:
         """Feed float32 16 kHz samples in [-1, 1]; return the boundaries decided so far."""
-        if self._closed:
-            raise RuntimeError("accept() after flush(): the stream has ended")
-        audio = as_mono_float(samples)
-        events: list[VadEvent] = []
-        for block in self._blocks.feed(audio):
-            events.extend(self._run(block))
-        return events
+        return [event for verdict in self.accept_blocks([samples]) for event in verdict.events]
 
     def flush(self) -> list[VadEvent]:
         """End of stream: score the buffered tail and close open speech at the stream end."""
@@ -401,14 +395,14 @@ class FsmnVadStream:
         """
         prepared = self.prepare(blocks)
         if prepared.frames:
-            scores, self._caches = self._infer(prepared.joined(), self._caches)
+            scores, self.caches = self._infer(prepared.joined(), self.caches)
             prepared.scores = scores
         return self.finish(prepared)
 
     def prepare(self, blocks: Sequence[npt.ArrayLike]) -> PreparedBlocks:
         """Cut the blocks into our 100 ms ones and compute their features (frontend state)."""
         if self._closed:
-            raise RuntimeError("accept_blocks() after flush(): the stream has ended")
+            raise RuntimeError("audio after flush(): the stream has ended")
         groups = [list(self._blocks.feed(as_mono_float(samples))) for samples in blocks]
         feats = [self._features(block) for group in groups for block in group]
         return PreparedBlocks(self, groups, feats)
@@ -424,21 +418,12 @@ class FsmnVadStream:
             verdicts.append(BlockVerdict(tuple(events), self.pending_end()))
         return verdicts
 
-    @property
-    def caches(self) -> list[FloatArray]:
-        """The FSMN memory to carry into the next frames."""
-        return self._caches
-
-    @caches.setter
-    def caches(self, value: list[FloatArray]) -> None:
-        self._caches = value
-
     def _run(self, block: FloatArray) -> list[VadEvent]:
-        """Score one block through frontend, FSMN and funasr's endpointer."""
+        """Score one block (flush's partial tail) through frontend, FSMN and endpointer."""
         feats = self._features(block)
         scores = None
         if feats is not None:
-            scores, self._caches = self._infer(feats, self._caches)
+            scores, self.caches = self._infer(feats, self.caches)
         return self._endpoint(block, scores)
 
     def _features(self, block: FloatArray) -> FloatArray | None:
