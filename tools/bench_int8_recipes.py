@@ -44,6 +44,7 @@ RECIPES = (
     Recipe("u8-per-tensor (export)", False, False, False),
     Recipe("u8-per-channel", False, True, False),
     Recipe("s8-per-tensor", True, False, False),
+    Recipe("s8-per-channel", True, True, False),
     Recipe("s8-reduce-range", True, False, True),
     Recipe("s8-reduce-range-per-channel", True, True, True),
 )
@@ -68,6 +69,28 @@ def quantize(src: Path, dst: Path, recipe: Recipe) -> Path:
     finally:
         logging.disable(logging.NOTSET)
     return dst
+
+
+def chosen_recipes(names: str) -> tuple[Recipe, ...]:
+    """The export's recipe first (speeds are relative to it), then the asked-for others."""
+    if not names:
+        return RECIPES
+    by_slug = {recipe.name.split(" ")[0]: recipe for recipe in RECIPES}
+    unknown = [name for name in names.split(",") if name not in by_slug]
+    if unknown:
+        raise SystemExit(f"unknown recipe(s) {unknown}; known: {sorted(by_slug)}")
+    asked = [by_slug[name] for name in names.split(",")]
+    return (RECIPES[0], *[recipe for recipe in asked if recipe != RECIPES[0]])
+
+
+def load_clips(path: Path) -> list[np.ndarray]:
+    """Clips from an npz of int16 or float32 arrays, in key order, as float32."""
+    with np.load(path) as data:
+        arrays = [data[key] for key in sorted(data.files)]
+    return [
+        a.astype(np.float32) / 32768 if a.dtype == np.int16 else a.astype(np.float32)
+        for a in arrays
+    ]
 
 
 def session(path: Path, threads: int) -> Any:
@@ -99,20 +122,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clips", type=int, default=20)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--recipes", default="", help="comma-separated recipe names (default: all)")
+    parser.add_argument(
+        "--clips-npz",
+        type=Path,
+        default=None,
+        help="16 kHz clips saved by tools.bench_peers.clips.save_clips (hosts without espeak-ng)",
+    )
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args(argv)
+    recipes = chosen_recipes(args.recipes)
     model_dir = resolve_model(args.model)
     ensure_onnx(model_dir, "fp32")  # the export every recipe quantizes
     fp32 = model_dir.path / "model.onnx"
     args.work.mkdir(parents=True, exist_ok=True)
     paths = {"fp32": fp32}
-    for recipe in RECIPES:
+    for recipe in recipes:
         slug = recipe.name.split(" ")[0]
         paths[recipe.name] = quantize(
             fp32, args.work / f"{model_dir.path.name}-{slug}.onnx", recipe
         )
     frontend = Frontend.from_model_dir(model_dir.path)
-    feats = [frontend.features(c) for c in make_clips()[: args.clips]]
+    clips = load_clips(args.clips_npz) if args.clips_npz else make_clips()
+    feats = [frontend.features(c) for c in clips[: args.clips]]
     prompts = prompt_arrays([DecodeOptions()])
     sessions = {name: session(path, args.threads) for name, path in paths.items()}
     reference = [argmaxes(sessions["fp32"], f, prompts) for f in feats]
@@ -131,14 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         {
             "recipe": name,
             "seconds": round(seconds[name], 2),
-            "speed_over_export": round(seconds[RECIPES[0].name] / seconds[name], 3),
+            "speed_over_export": round(seconds[recipes[0].name] / seconds[name], 3),
             "frame_agreement_with_fp32": round(agreement[name], 4),
         }
         for name in sessions
     ]
     for row in rows:
         print(json.dumps(row))
-    report = {"cpu": cpu_identity(), "model": str(model_dir.path), "clips": args.clips}
+    import onnxruntime as ort
+
+    report = {"cpu": cpu_identity(), "onnxruntime": ort.__version__, "model": str(model_dir.path)}
+    report |= {"clips": min(args.clips, len(feats))}
     report |= {"passes": args.passes, "threads": args.threads, "rows": rows}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
