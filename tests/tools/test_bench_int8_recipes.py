@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.bench_int8_recipes import RECIPES, main
+import numpy as np
+import pytest
+
+from tools.bench_int8_recipes import RECIPES, chosen_recipes, load_clips, main
 
 
 def test_every_recipe_is_timed_and_held_against_fp32(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -17,3 +20,30 @@ def test_every_recipe_is_timed_and_held_against_fp32(tiny_model_dir: Path, tmp_p
     assert rows["fp32"]["frame_agreement_with_fp32"] == 1.0
     assert all(0.0 <= row["frame_agreement_with_fp32"] <= 1.0 for row in rows.values())
     assert len(list((tmp_path / "q").glob("*.onnx"))) == len(RECIPES)
+
+
+def test_a_subset_from_saved_clips_keeps_the_exports_recipe_first(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(0)
+    clips = tmp_path / "clips.npz"
+    np.savez(clips, a=(rng.standard_normal(24000) * 3000).astype(np.int16))
+    out = tmp_path / "recipes.json"
+    assert main(["--model", str(tiny_model_dir), "--work", str(tmp_path / "q"), "--clips", "5",
+                 "--passes", "1", "--threads", "1", "--recipes", "s8-per-channel",
+                 "--clips-npz", str(clips), "--json", str(out)]) == 0  # fmt: skip
+    report = json.loads(out.read_text())
+    assert [row["recipe"] for row in report["rows"]] == ["fp32", RECIPES[0].name, "s8-per-channel"]
+    assert report["clips"] == 1
+    assert report["onnxruntime"]
+
+
+def test_saved_int16_clips_come_back_as_float_in_key_order(tmp_path: Path) -> None:
+    path = tmp_path / "clips.npz"
+    np.savez(path, b=np.array([16384], np.int16), a=np.array([0.25], np.float32))
+    assert [c.tolist() for c in load_clips(path)] == [[0.25], [0.5]]
+
+
+def test_an_unknown_recipe_is_refused_by_name() -> None:
+    with pytest.raises(SystemExit, match="unknown recipe"):
+        chosen_recipes("u8-per-tensor,s9")
