@@ -115,6 +115,17 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
     )
 
 
+def vad_on_thread(setting: bool | None, report: EngineReport, *, remote: bool) -> bool:
+    """Whether live sessions' VAD gets its own thread: as set, else when a local GPU decodes.
+
+    A GPU engine leaves the CPU cores to the loop and the VAD; a CPU engine's decodes
+    already use them. Remote replicas are unmeasured, so they keep the VAD on the loop.
+    """
+    if setting is not None:
+        return setting
+    return not remote and any(d.device.startswith("cuda") for d in report.devices)
+
+
 def make_vad(config: ServerConfig) -> VadModel:
     if config.session.vad == "webrtc":
         from streaming.vad_webrtc import WebrtcVadModel
@@ -254,7 +265,7 @@ class App:
             self.engine = attaching = await open_remote(remote, self.registry)
             report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)
-        if self.config.session.vad_thread:
+        if vad_on_thread(self.config.session.vad_thread, report, remote=remote is not None):
             self.vad_pump = VadPump()
             self.vad_pump.start()
         self.report = report
