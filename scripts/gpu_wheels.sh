@@ -64,6 +64,13 @@ else
   echo "warning: no espeak-ng/sox here; bench speech not cached" >&2
 fi
 
+# py-spy (a static binary) for scripts/gpu_profile.sh; the host has none.
+if [[ -x .venv/bin/py-spy ]]; then
+  mkdir -p .whl/tools && cp .venv/bin/py-spy .whl/tools/py-spy
+else
+  echo "warning: no .venv/bin/py-spy; gpu_profile.sh will not run" >&2
+fi
+
 total=$(du -sb .whl | cut -f1)
 echo "$(ls .whl/*.whl | wc -l) wheels, .whl/ is $((total / 1024 / 1024)) MiB ($total bytes)"
 if ((total >= LIMIT_BYTES)); then
