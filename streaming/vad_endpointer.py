@@ -5,12 +5,20 @@ frame's samples (160, or the whole buffer at a sentence end) into a local it the
 dropped: 14 µs a frame, about a tenth of the VAD's time. The override makes the same
 changes to the endpointer's state and skips the counting; funasr's debug `print`s on
 inconsistent calls go to the log instead of a server's stdout.
+
+`ComputeDecibel` sliced, squared and summed each 25 ms frame on its own (51 µs a 100 ms
+block); the override squares and sums every frame of the call at once (numpy sums each
+row as it sums one slice) and rounds `+ 1e-6` in funasr's precision, so the energies are
+the same floats (18 µs).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
+
+import numpy as np
 
 log = logging.getLogger("sensestream.vad")
 
@@ -18,8 +26,38 @@ log = logging.getLogger("sensestream.vad")
 def lean_endpointer(module: Any) -> type:
     """A subclass of `module.E2EVadModel` (funasr_onnx's `utils/e2e_vad.py`)."""
     segment_buffer = module.E2EVadSpeechBufWithDoa
+    # funasr adds 1e-6 to a float32 numpy scalar: numpy 2 keeps float32, numpy 1 promoted
+    # to float64. The override adds it to an array of that same dtype, so it rounds alike.
+    scalar_sum = (np.float32(1) + 0.000001).dtype
 
     class LeanEndpointer(module.E2EVadModel):  # type: ignore[misc]
+        data_buf_all_size: int  # funasr's, set in its __init__
+        data_buf_size: int
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.frame_rows: dict[int, np.ndarray] = {}  # sample indices of N frames, by N
+
+        def ComputeDecibel(self) -> None:
+            opts = self.vad_opts
+            length = int(opts.frame_length_ms * opts.sample_rate / 1000)
+            shift = int(opts.frame_in_ms * opts.sample_rate / 1000)
+            wave = self.waveform[0]
+            if self.data_buf_all_size == 0:
+                self.data_buf_all_size = len(wave)
+                self.data_buf_size = self.data_buf_all_size
+            else:
+                self.data_buf_all_size += len(wave)
+            if len(wave) < length:
+                return
+            count = (len(wave) - length) // shift + 1
+            rows = self.frame_rows.get(count)
+            if rows is None:
+                rows = np.arange(count)[:, np.newaxis] * shift + np.arange(length)
+                self.frame_rows[count] = rows
+            energies = np.square(wave[rows]).sum(axis=1).astype(scalar_sum, copy=False)
+            self.decibel.extend(10 * math.log10(e) for e in (energies + 0.000001).tolist())
+
         def PopDataToOutputBuf(
             self,
             start_frm: int,

@@ -1,17 +1,19 @@
-"""funasr_onnx's streaming FSMN-VAD frontend with one kaldi-native-fbank per stream.
+"""funasr_onnx's streaming FSMN-VAD frontend, lean: one fbank per stream, LFR by slicing.
 
-`WavFrontendOnline.fbank` builds a new `OnlineFbank` for every 100 ms block (its mel banks
-and FFT set-up included) and feeds it the block plus the window overlap kept from the
-last one, as a Python list. At many sessions that frontend was the event loop's largest
-cost (31% of it at 64 streams). A frame depends only on its own 25 ms of samples, so
-one fbank per stream, fed each block's new samples once, yields the very same frames;
-everything else the rest of funasr's frontend reads (`input_cache`, the waveforms
-returned, `fbanks`, `fbanks_lens`) is computed as funasr computes it.
+`WavFrontendOnline` builds a new `OnlineFbank` for every 100 ms block (its mel banks and
+FFT set-up included), feeds it the block plus the window overlap kept from the last one as
+a Python list, stacks the LFR frames one by one, and keeps the block's waveforms for an
+energy our stream computes from its own aligned audio. At many sessions that frontend was
+the event loop's largest cost (31% of it at 64 streams). A frame depends only on its own
+25 ms of samples, so one fbank per stream, fed each block's new samples once, yields the
+very same frames; LFR stacks `lfr_m` consecutive frames (the first repeated as left
+context), which a sliding window over the last `lfr_m - 1` frames and the new ones gives
+without arithmetic; CMVN is the same sums and products. The features equal funasr's
+bit for bit, call by call (tested); the waveforms are not kept.
 """
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +33,7 @@ def streaming_fbank_frontend(base: Any, cmvn_file: str | None = None) -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.stream_fbank = StreamFbank(self.opts)
+            self.lfr = LowFrameRate(self.lfr_m, self.lfr_n)
 
         def load_cmvn(self) -> np.ndarray:
             if shared is not None and self.cmvn_file == cmvn_file:
@@ -45,11 +48,21 @@ def streaming_fbank_frontend(base: Any, cmvn_file: str | None = None) -> type:
             out: np.ndarray = (inputs + self.cmvn[0, :dim]) * self.cmvn[1, :dim]
             return out
 
-        def fbank(self, input: np.ndarray, input_lengths: np.ndarray) -> tuple[Any, Any, Any]:
-            if input.shape[0] != 1:  # funasr's own batch path; the VAD never takes it
-                original: tuple[Any, Any, Any] = super().fbank(input, input_lengths)
-                return original
-            return _fbank(self, input)
+        def extract_fbank(
+            self, input: np.ndarray, input_lengths: np.ndarray, is_final: bool = False
+        ) -> tuple[np.ndarray, np.ndarray]:
+            """Features [1, T, dims] (T may be 0) and [T]; funasr's, without its waveforms."""
+            if input.shape[0] != 1 or is_final:
+                # funasr's end-of-stream padding; the VAD closes a stream itself instead.
+                raise ValueError("this frontend takes one stream's blocks, never is_final")
+            fbank = self.stream_fbank.frames(
+                np.ascontiguousarray(input[0, : int(input_lengths[0])] * (1 << 15), np.float32)
+            )
+            stacked = self.lfr.stack(fbank)
+            if stacked is None:
+                return np.empty(0, dtype=np.float32), np.zeros(1, dtype=np.int64)
+            feats = self.apply_cmvn(stacked)
+            return feats[np.newaxis], np.array([feats.shape[0]], dtype=np.int64)
 
     return StreamingFbankFrontend
 
@@ -69,14 +82,6 @@ class StreamFbank:
         self._fbank = knf.OnlineFbank(opts)
         self._read = 0
 
-    def restart(self) -> None:
-        self._fbank = knf.OnlineFbank(self._opts)
-        self._read = 0
-
-    @property
-    def consumed(self) -> bool:
-        return self._read > 0 or self._fbank.num_frames_ready > 0
-
     def frames(self, scaled: np.ndarray) -> np.ndarray:
         """Accept int16-scaled float32 samples; the frames they complete, [T, bins]."""
         fbank = self._fbank
@@ -91,27 +96,28 @@ class StreamFbank:
         return out
 
 
-def _fbank(frontend: Any, block: np.ndarray) -> tuple[Any, Any, Any]:
-    """funasr_onnx 0.4's `WavFrontendOnline.fbank` for one row, frames from the stream."""
-    stream: StreamFbank = frontend.stream_fbank
-    if frontend.input_cache is None:
-        if stream.consumed:  # funasr's frontend was reset under us: so is the stream
-            stream.restart()
-        frontend.input_cache = np.empty((1, 0), dtype=np.float32)
-    joined = np.concatenate((frontend.input_cache, block), axis=1)
-    shift, length = frontend.frame_shift_sample_length, frontend.frame_sample_length
-    frame_num = frontend.compute_frame_num(joined.shape[-1], length, shift)
-    frontend.input_cache = joined[:, -(joined.shape[-1] - frame_num * shift) :]
-    feat = stream.frames(np.ascontiguousarray(block[0] * (1 << 15), np.float32))
-    if feat.shape[0] != frame_num:
-        raise RuntimeError(f"fbank stream gave {feat.shape[0]} frames where funasr has {frame_num}")
-    waveforms: Any = np.empty(0, dtype=np.float32)
-    feats_pad: Any = np.empty(0, dtype=np.float32)
-    feats_lens: Any = np.empty(0, dtype=np.int32)
-    if frame_num:
-        waveforms = joined[:, : (frame_num - 1) * shift + length]
-        feats_pad = feat[np.newaxis]
-        feats_lens = np.array([feat.shape[0]], dtype=np.int32)
-    frontend.fbanks = feats_pad
-    frontend.fbanks_lens = copy.deepcopy(feats_lens)
-    return waveforms, feats_pad, feats_lens
+class LowFrameRate:
+    """Streaming LFR with a shift of one frame: each output is `m` consecutive frames."""
+
+    def __init__(self, m: int, n: int) -> None:
+        if n != 1 or m < 1:
+            raise ValueError(f"LFR needs m >= 1 and a shift of 1 frame; got m={m}, n={n}")
+        self._m = m
+        self._context: np.ndarray | None = None  # the last m - 1 frames, left-padded at first
+
+    def stack(self, frames: np.ndarray) -> np.ndarray | None:
+        """The outputs these new frames complete, [T, m * bins] float32 (None: none yet)."""
+        if frames.shape[0] == 0:
+            return None
+        if self._context is None:
+            # funasr repeats the first frame as left context, (m - 1) // 2 times.
+            self._context = np.repeat(frames[:1], (self._m - 1) // 2, axis=0)
+        padded = np.concatenate((self._context, frames))
+        count = padded.shape[0] - self._m + 1
+        if count <= 0:
+            self._context = padded
+            return None
+        self._context = padded[count:]
+        # [count, m, bins] gathered, then each row frame-major as funasr's reshape of a slice.
+        windows = padded[np.arange(count)[:, np.newaxis] + np.arange(self._m)]
+        return windows.reshape(count, -1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -49,8 +49,6 @@ class _Frontend(Protocol):
     def extract_fbank(
         self, input: FloatArray, input_lengths: npt.NDArray[np.int32], is_final: bool = False
     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]: ...
-
-    def get_waveforms(self) -> FloatArray: ...
 
 
 class _Scorer(Protocol):
@@ -296,6 +294,10 @@ class _FrameHistory:
     def append(self, value: float) -> None:
         """Record the next frame's value."""
         self._items.append(value)
+
+    def extend(self, values: Iterable[float]) -> None:
+        """Record the next frames' values."""
+        self._items.extend(values)
 
     def __getitem__(self, index: int) -> float:
         if index < self._offset:
