@@ -13,6 +13,10 @@ OUT=${OUT:-$(mktemp -d /tmp/gpu-profile.XXXXXX)}
 DEVICE=${DEVICE:-cuda} PRECISION=${PRECISION:-fp16} SIZE=${SIZE:-full}
 N=${N:-96} DUR=${DUR:-20} PORT=${PORT:-8800} SERVER_ARGS=${SERVER_ARGS:---vad-thread}
 MODEL=${GPU_CHECK_WORK:-/tmp/sensestream-gpu}/models/test-$SIZE
+if ((DUR < 10)); then
+  echo "DUR must be at least 10 s (the profile skips the first 6 and the last 2)" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 if [[ $DEVICE == cuda ]]; then
   PY=python3
@@ -57,7 +61,11 @@ PYEOF
 profiler=$!
 PATH=/tmp/no-tts:$PATH "$PY" scripts/bench.py --url "ws://127.0.0.1:$PORT/ws" --no-baseline \
   --streams "$N" --duration "$DUR" --speech-dir "$PWD/.whl/bench-speech" --drain-timeout-s 40 \
-  --json "$OUT/bench.json" 2>&1 | grep "N="
-wait $profiler
-"$PY" scripts/pyspy_summary.py "$OUT/prof.txt" --json "$OUT/profile.json" >/dev/null
+  --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+bench=$?
+grep "N=" "$OUT/bench.log"
+wait $profiler || { echo "py-spy failed; see pyspy.log" >&2; exit 1; }
+"$PY" scripts/pyspy_summary.py "$OUT/prof.txt" --json "$OUT/profile.json" >/dev/null || exit 1
 echo "profile: $OUT/profile.json"
+# bench.py exits non-zero when a run misses its latency targets: the profile still stands.
+[[ -f $OUT/bench.json ]] || { echo "bench.py wrote no results (status $bench)" >&2; exit 1; }

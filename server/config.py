@@ -406,6 +406,8 @@ def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
         return str(value) if kind.startswith("str") else value
     if kind.startswith("bool"):
         lowered = value.lower()
+        if lowered == "auto" and kind.endswith("None"):
+            return None  # an optional setting's own choice, as when it is left unset
         if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
             raise ValueError(f"{f.name} must be true or false; got {value!r}")
         return lowered in ("1", "true", "yes", "on")

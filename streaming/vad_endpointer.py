@@ -26,17 +26,10 @@ log = logging.getLogger("sensestream.vad")
 def lean_endpointer(module: Any) -> type:
     """A subclass of `module.E2EVadModel` (funasr_onnx's `utils/e2e_vad.py`)."""
     segment_buffer = module.E2EVadSpeechBufWithDoa
-    # funasr adds 1e-6 to a float32 numpy scalar: numpy 2 keeps float32, numpy 1 promoted
-    # to float64. The override adds it to an array of that same dtype, so it rounds alike.
-    scalar_sum = (np.float32(1) + 0.000001).dtype
 
     class LeanEndpointer(module.E2EVadModel):  # type: ignore[misc]
         data_buf_all_size: int  # funasr's, set in its __init__
         data_buf_size: int
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.frame_rows: dict[int, np.ndarray] = {}  # sample indices of N frames, by N
 
         def ComputeDecibel(self) -> None:
             opts = self.vad_opts
@@ -51,12 +44,17 @@ def lean_endpointer(module: Any) -> type:
             if len(wave) < length:
                 return
             count = (len(wave) - length) // shift + 1
-            rows = self.frame_rows.get(count)
-            if rows is None:
-                rows = np.arange(count)[:, np.newaxis] * shift + np.arange(length)
-                self.frame_rows[count] = rows
-            energies = np.square(wave[rows]).sum(axis=1).astype(scalar_sum, copy=False)
-            self.decibel.extend(10 * math.log10(e) for e in (energies + 0.000001).tolist())
+            step = wave.strides[0]
+            frames = np.lib.stride_tricks.as_strided(
+                wave, (count, length), (shift * step, step), writeable=False
+            )
+            energies = np.square(frames).sum(axis=1)
+            # funasr adds 1e-6 to a numpy scalar: numpy 2 keeps a float32 one float32, numpy
+            # 1 promoted it to float64. Adding it to an array of the dtype that scalar sum has
+            # rounds alike under either.
+            scalar_sum = (energies.dtype.type(1) + 0.000001).dtype
+            energies = energies.astype(scalar_sum, copy=False) + 0.000001
+            self.decibel.extend(10 * math.log10(e) for e in energies.tolist())
 
         def PopDataToOutputBuf(
             self,

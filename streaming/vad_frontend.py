@@ -51,7 +51,8 @@ def streaming_fbank_frontend(base: Any, cmvn_file: str | None = None) -> type:
         def extract_fbank(
             self, input: np.ndarray, input_lengths: np.ndarray, is_final: bool = False
         ) -> tuple[np.ndarray, np.ndarray]:
-            """Features [1, T, dims] (T may be 0) and [T]; funasr's, without its waveforms."""
+            """Features [1, T, dims] and [T] as funasr's (no features: an empty array and
+            [0], where funasr's lengths vary; the stream reads only the features)."""
             if input.shape[0] != 1 or is_final:
                 # funasr's end-of-stream padding; the VAD closes a stream itself instead.
                 raise ValueError("this frontend takes one stream's blocks, never is_final")

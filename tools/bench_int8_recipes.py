@@ -79,7 +79,7 @@ def chosen_recipes(names: str) -> tuple[Recipe, ...]:
     unknown = [name for name in names.split(",") if name not in by_slug]
     if unknown:
         raise SystemExit(f"unknown recipe(s) {unknown}; known: {sorted(by_slug)}")
-    asked = [by_slug[name] for name in names.split(",")]
+    asked = dict.fromkeys(by_slug[name] for name in names.split(","))  # once each, in order
     return (RECIPES[0], *[recipe for recipe in asked if recipe != RECIPES[0]])
 
 
@@ -87,6 +87,11 @@ def load_clips(path: Path) -> list[np.ndarray]:
     """Clips from an npz of int16 or float32 arrays, in key order, as float32."""
     with np.load(path) as data:
         arrays = [data[key] for key in sorted(data.files)]
+    if not arrays:
+        raise SystemExit(f"{path} holds no clips")
+    odd = sorted({str(a.dtype) for a in arrays if a.dtype not in (np.int16, np.float32)})
+    if odd:
+        raise SystemExit(f"{path}: clips must be int16 or float32 samples, not {odd}")
     return [
         a.astype(np.float32) / 32768 if a.dtype == np.int16 else a.astype(np.float32)
         for a in arrays
@@ -115,7 +120,7 @@ def argmaxes(sess: Any, feats: np.ndarray, prompts: tuple[np.ndarray, np.ndarray
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model dir with model.onnx (fp32)")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/sensestream/int8")
@@ -130,7 +135,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="16 kHz clips saved by tools.bench_peers.clips.save_clips (hosts without espeak-ng)",
     )
     parser.add_argument("--json", type=Path, required=True)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def time_sessions(
+    sessions: dict[str, Any], feats: list[np.ndarray], passes: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per session over all passes, taking turns, and frame agreement with fp32."""
+    prompts = prompt_arrays([DecodeOptions()])
+    reference = [argmaxes(sessions["fp32"], f, prompts) for f in feats]
+    seconds = dict.fromkeys(sessions, 0.0)
+    agreement: dict[str, float] = {}
+    for number in range(passes):
+        order = list(sessions) if number % 2 == 0 else list(reversed(sessions))
+        for name in order:
+            started = time.perf_counter()
+            out = [argmaxes(sessions[name], f, prompts) for f in feats]
+            seconds[name] += time.perf_counter() - started
+            agreement[name] = float(
+                np.mean([np.mean(a == b) for a, b in zip(out, reference, strict=True)])
+            )
+    return seconds, agreement
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import onnxruntime as ort
+
+    args = parse_args(argv)
     recipes = chosen_recipes(args.recipes)
     model_dir = resolve_model(args.model)
     ensure_onnx(model_dir, "fp32")  # the export every recipe quantizes
@@ -145,20 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     frontend = Frontend.from_model_dir(model_dir.path)
     clips = load_clips(args.clips_npz) if args.clips_npz else make_clips()
     feats = [frontend.features(c) for c in clips[: args.clips]]
-    prompts = prompt_arrays([DecodeOptions()])
     sessions = {name: session(path, args.threads) for name, path in paths.items()}
-    reference = [argmaxes(sessions["fp32"], f, prompts) for f in feats]
-    seconds = dict.fromkeys(sessions, 0.0)
-    agreement: dict[str, float] = {}
-    for number in range(args.passes):
-        order = list(sessions) if number % 2 == 0 else list(reversed(sessions))
-        for name in order:
-            started = time.perf_counter()
-            out = [argmaxes(sessions[name], f, prompts) for f in feats]
-            seconds[name] += time.perf_counter() - started
-            agreement[name] = float(
-                np.mean([np.mean(a == b) for a, b in zip(out, reference, strict=True)])
-            )
+    seconds, agreement = time_sessions(sessions, feats, args.passes)
     rows = [
         {
             "recipe": name,
@@ -170,11 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for row in rows:
         print(json.dumps(row))
-    import onnxruntime as ort
-
     report = {"cpu": cpu_identity(), "onnxruntime": ort.__version__, "model": str(model_dir.path)}
-    report |= {"clips": min(args.clips, len(feats))}
-    report |= {"passes": args.passes, "threads": args.threads, "rows": rows}
+    report |= {"clips": len(feats), "passes": args.passes, "threads": args.threads, "rows": rows}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0

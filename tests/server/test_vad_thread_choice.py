@@ -46,9 +46,15 @@ def test_an_explicit_setting_wins_everywhere(setting: bool) -> None:
         (["--no-vad-thread"], {}, False),
         ([], {"SENSESTREAM_VAD_THREAD": "off"}, False),
         (["--vad-thread"], {"SENSESTREAM_VAD_THREAD": "off"}, True),
+        ([], {"SENSESTREAM_VAD_THREAD": "auto"}, None),
     ],
 )
 def test_the_flag_is_on_off_or_unset(
     argv: list[str], environ: dict[str, str], expected: bool | None
 ) -> None:
     assert load_config(argv, environ).session.vad_thread is expected
+
+
+def test_auto_is_refused_where_a_setting_must_be_on_or_off() -> None:
+    with pytest.raises(ValueError, match="adaptive_partials must be true or false"):
+        load_config([], {"SENSESTREAM_ADAPTIVE_PARTIALS": "auto"})

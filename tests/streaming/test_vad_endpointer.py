@@ -17,13 +17,14 @@ def endpointers() -> tuple[Any, Any]:
     return module.E2EVadModel(conf), lean_endpointer(module)(conf)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("sizes", [(1600, 1600, 1600), (399, 400, 401, 560, 7, 0, 3200)])
-def test_frame_energies_are_funasrs_floats(sizes: tuple[int, ...]) -> None:
+def test_frame_energies_are_funasrs_floats(sizes: tuple[int, ...], dtype: type) -> None:
     rng = np.random.default_rng(len(sizes))
     reference, ours = endpointers()
     for size in sizes:
         # Quiet and loud stretches both: the 1e-6 floor matters only in digital silence.
-        wave = (rng.standard_normal(size) * rng.choice([0.0, 1e-4, 0.3])).astype(np.float32)
+        wave = (rng.standard_normal(size) * rng.choice([0.0, 1e-4, 0.3])).astype(dtype)
         for scorer in (reference, ours):
             scorer.waveform = wave[np.newaxis]
             scorer.ComputeDecibel()

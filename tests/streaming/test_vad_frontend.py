@@ -13,6 +13,8 @@ from tests.speech import Clip, three_sentences
 
 #: 100 ms blocks as the VAD sends them, and ragged sizes: under one frame, one hop, odd.
 BLOCKS = (1600, 1600, 100, 160, 399, 400, 401, 1601, 3200, 7, 1600, 2500)
+#: A stream that opens with blocks under a frame, then too few frames for one LFR output.
+SMALL_FIRST = (1, 7, 160, 399, 100, 560, 400, 1600, 13, 3200)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +38,13 @@ def extract(frontend: object, block: np.ndarray) -> np.ndarray:
     return feats if feats.size else np.empty((1, 0, 400), feats.dtype)
 
 
-def test_every_call_gives_funasrs_features(speech: np.ndarray) -> None:
+@pytest.mark.parametrize("blocks", [BLOCKS, SMALL_FIRST])
+def test_every_call_gives_funasrs_features(speech: np.ndarray, blocks: tuple[int, ...]) -> None:
     # Not funasr's waveforms: the stream cuts its frames' audio from its own buffer.
     reference, ours = frontends()
     position, calls, frames = 0, 0, 0
     while position < speech.size:
-        size = BLOCKS[calls % len(BLOCKS)]
+        size = blocks[calls % len(blocks)]
         block = speech[position : position + size]
         want, got = extract(reference, block), extract(ours, block)
         assert got.shape == want.shape, f"call {calls} (block of {size})"

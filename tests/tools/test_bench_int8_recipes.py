@@ -30,7 +30,7 @@ def test_a_subset_from_saved_clips_keeps_the_exports_recipe_first(
     np.savez(clips, a=(rng.standard_normal(24000) * 3000).astype(np.int16))
     out = tmp_path / "recipes.json"
     assert main(["--model", str(tiny_model_dir), "--work", str(tmp_path / "q"), "--clips", "5",
-                 "--passes", "1", "--threads", "1", "--recipes", "s8-per-channel",
+                 "--passes", "1", "--threads", "1", "--recipes", "s8-per-channel,s8-per-channel",
                  "--clips-npz", str(clips), "--json", str(out)]) == 0  # fmt: skip
     report = json.loads(out.read_text())
     assert [row["recipe"] for row in report["rows"]] == ["fp32", RECIPES[0].name, "s8-per-channel"]
@@ -47,3 +47,16 @@ def test_saved_int16_clips_come_back_as_float_in_key_order(tmp_path: Path) -> No
 def test_an_unknown_recipe_is_refused_by_name() -> None:
     with pytest.raises(SystemExit, match="unknown recipe"):
         chosen_recipes("u8-per-tensor,s9")
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [({}, "holds no clips"), ({"a": np.zeros(4, np.int32)}, "int16 or float32")],
+)
+def test_saved_clips_that_are_not_samples_are_refused(
+    tmp_path: Path, arrays: dict[str, np.ndarray], message: str
+) -> None:
+    path = tmp_path / "clips.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(SystemExit, match=message):
+        load_clips(path)
