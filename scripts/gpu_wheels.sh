@@ -7,14 +7,15 @@
 # are those of this checkout's .venv, so the host runs what the tests here ran.
 #
 # Also caches bench.py's espeak-ng sentences in .whl/bench-speech, because the host has
-# no espeak-ng either. The whole folder must stay under 60 MiB (it travels with the tree).
+# no espeak-ng either. It travels with the tree, and the device tool takes 64 MiB in all:
+# tracked files, untracked ones and .whl together.
 #
 # Usage: scripts/gpu_wheels.sh          (VENV_PY=path/to/python to read versions elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV_PY=${VENV_PY:-.venv/bin/python}
-LIMIT_BYTES=$((60 * 1024 * 1024))
+LIMIT_BYTES=$((64 * 1024 * 1024))
 
 # Why each one is needed on the host:
 PACKAGES=(
@@ -71,9 +72,11 @@ else
   echo "warning: no .venv/bin/py-spy; gpu_profile.sh will not run" >&2
 fi
 
-total=$(du -sb .whl | cut -f1)
-echo "$(ls .whl/*.whl | wc -l) wheels, .whl/ is $((total / 1024 / 1024)) MiB ($total bytes)"
+whl=$(du -sb .whl | cut -f1)
+tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
+total=$((whl + tree))
+echo "$(ls .whl/*.whl | wc -l) wheels, .whl/ is $((whl / 1024 / 1024)) MiB; with the tree $((total / 1024 / 1024)) MiB"
 if ((total >= LIMIT_BYTES)); then
-  echo "error: .whl/ is over 60 MiB" >&2
+  echo "error: the tree and .whl/ are over 64 MiB together: the device tool would refuse them" >&2
   exit 1
 fi
