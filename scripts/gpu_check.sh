@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check for a GPU host: install, build the full test model, parity, engine
-# benchmarks, GPU tests and a short server benchmark, all within about 8 minutes.
+# benchmarks, GPU tests, a short server benchmark and a profile under live load, all within
+# about 8 minutes.
 #
 # Every step runs under `timeout` (capped by what is left of the overall deadline), logs to
 # $OUT/<step>.log and is recorded in $OUT/steps.jsonl, so one failing step loses nothing
@@ -31,12 +32,12 @@ if ((DRY_RUN)); then
   PY=${PYTHON:-$REPO/.venv/bin/python}
   DEVICE=cpu PRECISION=fp32 SIZE=tiny
   BATCHES=1,2 SECONDS_LIST=2,10 REPEATS=1 PARITY_SECONDS=1,3
-  STREAMS=2 DURATION=6
+  STREAMS=2 DURATION=6 PROFILE_STREAMS=2 PROFILE_DURATION=10
 else
   PY=${PYTHON:-python3}
   DEVICE=cuda PRECISION=fp16 SIZE=full
   BATCHES=1,2,4,8,16,32,64 SECONDS_LIST=3,10,15 REPEATS=5 PARITY_SECONDS=2,5,10
-  STREAMS=16,64 DURATION=20
+  STREAMS=16,64 DURATION=20 PROFILE_STREAMS=96 PROFILE_DURATION=20
 fi
 MODEL="$WORK/models/test-$SIZE"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -181,6 +182,11 @@ server_bench() { # server_bench SPEECH_DIR JSON_NAME [MORE SERVER ARGS]
     --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/$2"
 }
 
+server_profile() { # py-spy on the server's threads under live load (scripts/gpu_profile.sh)
+  OUT="$OUT/profile" DEVICE="$DEVICE" PRECISION="$PRECISION" SIZE="$SIZE" GPU_CHECK_WORK="$WORK" \
+    N="$PROFILE_STREAMS" DUR="$PROFILE_DURATION" scripts/gpu_profile.sh
+}
+
 ort_ready() {
   "$PY" -c 'import onnxruntime as o, sys
 sys.exit(0 if "CUDAExecutionProvider" in o.get_available_providers() else 1)'
@@ -234,15 +240,21 @@ def runs(name):
     return out
 # Only 8 files come back from the host: the key numbers ride in this one.
 report["server_bench"] = {"inline_vad": runs("bench_server.json"),
-                          "vad_thread": runs("bench_server_vad_thread.json")}
+                          "vad_thread": runs("bench_server_vad_thread.json"),
+                          "profiled": runs("profile/bench.json")}
+profile = load("profile/profile.json") or {}
+report["profile_threads"] = {
+    name: {"share_of_samples": t.get("share_of_samples"), "busy": t.get("busy_share_of_thread"),
+           "top": [(f.get("frame"), f.get("share_of_thread")) for f in t.get("top_frames", [])[:5]]}
+    for name, t in profile.get("threads", {}).items()}
 print(json.dumps(report, indent=1))
 EOF
 }
 
 export OUT WORK REPO PY DEVICE PRECISION SIZE MODEL BATCHES SECONDS_LIST REPEATS \
-  PARITY_SECONDS STREAMS DURATION
+  PARITY_SECONDS STREAMS DURATION PROFILE_STREAMS PROFILE_DURATION
 export -f environment install_wheels check_imports build_model bench_torch parity gpu_tests \
-  server_bench ort_cuda
+  server_bench server_profile ort_cuda
 trap 'summarise; echo "== summary: $OUT/gpu_check.json"' EXIT
 
 echo "gpu_check: out=$OUT dry_run=$DRY_RUN device=$DEVICE model=$MODEL"
@@ -276,4 +288,10 @@ elif ort_ready; then
   step onnx_cuda 200 ort_cuda fp16 "$DEVICE"
 else
   skip onnx_cuda "onnxruntime has no CUDAExecutionProvider here (a CPU-only wheel): ORT-CUDA not measured"
+fi
+# Last, as it is the step most worth losing to the deadline: where the server's time goes.
+if [[ -x .whl/tools/py-spy && -d .whl/bench-speech ]]; then
+  step server_profile 150 server_profile
+else
+  skip server_profile ".whl/tools/py-spy or .whl/bench-speech missing (gpu_wheels.sh)"
 fi

@@ -13,8 +13,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-# Frames that mean "waiting", not working, when py-spy samples with --idle.
-IDLE = re.compile(r"\b(select|poll|epoll_wait|wait|_worker|run_forever|_run_once|acquire)\b")
+# Frames that mean "waiting", not working, when py-spy samples with --idle. With uvloop
+# the loop's wait for I/O is native code under `Runner.run`, so a sample whose last Python
+# frame is `Runner.run` is the loop idle in epoll (or waiting for the GIL after it), never
+# Python work: it counts as waiting.
+IDLE = re.compile(
+    r"\b(select|poll|epoll_wait|wait|_worker|run_forever|_run_once|acquire|Runner\.run)\b"
+)
 
 
 def parse(lines: Iterable[str]) -> list[tuple[list[str], int]]:

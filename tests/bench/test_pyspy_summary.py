@@ -23,4 +23,6 @@ def test_threads_and_frames_are_summarised() -> None:
     assert engine["busy_share_of_thread"] == pytest.approx(50 / 60, abs=1e-3)
     assert engine["top_frames"][0] == {"frame": "Session.run", "share_of_thread": 0.833}
     main = summary["threads"]["MainThread"]
-    assert [f["frame"] for f in main["top_frames"]] == ["fbank", "Runner.run"]
+    # Ending in Runner.run is uvloop's native wait (epoll, or the GIL after it): not work.
+    assert main["busy_share_of_thread"] == pytest.approx(30 / 40)
+    assert [f["frame"] for f in main["top_frames"]] == ["fbank"]
