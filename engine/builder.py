@@ -369,7 +369,13 @@ def warm_up(recognizer: Recognizer, seconds: float = 1.0) -> None:
     recognizer.decode([recognizer.prepare(speech_like(seconds, 0), DecodeOptions())])
 
 
-def time_batch(recognizer: Recognizer, batch: int, seconds: float, repeats: int = 2) -> float:
+def time_batch(
+    recognizer: Recognizer,
+    batch: int,
+    seconds: float,
+    repeats: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     """Seconds for one batch of `batch` utterances averaging `seconds`: the best of
     `repeats` runs after a warm-up.
 
@@ -385,9 +391,9 @@ def time_batch(recognizer: Recognizer, batch: int, seconds: float, repeats: int 
     recognizer.decode(utts)
     walls = []
     for _ in range(max(1, repeats)):
-        started = time.perf_counter()
+        started = clock()
         recognizer.decode(utts)
-        walls.append(time.perf_counter() - started)
+        walls.append(clock() - started)
     return min(walls)
 
 
@@ -395,18 +401,20 @@ def choose_max_batch(
     recognizer: Recognizer,
     config: EngineConfig,
     fits: Callable[[int], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, tuple[dict[str, float], ...]]:
     """Measure throughput against batch size; keep the smallest within tolerance of the best.
 
     Bigger is not assumed better: on a 2-core CPU batching barely helps, on a GPU it is
     where the throughput is. Candidates stop once a batch misses the latency target,
     throughput stops growing, or (`fits`) the batch would not fit the memory budget.
+    `clock` is a seam for tests (a device with a declared cost on a fake clock).
     """
     curve: list[dict[str, float]] = []
     for batch in config.autotune_candidates:
         if curve and fits is not None and not fits(batch):
             break  # it could never be admitted, and trying it could run out of memory
-        wall = time_batch(recognizer, batch, config.autotune_seconds)
+        wall = time_batch(recognizer, batch, config.autotune_seconds, clock=clock)
         rate = batch * config.autotune_seconds / wall
         earlier = max((p["audio_s_per_s"] for p in curve), default=0.0)
         curve.append({"batch": batch, "wall_s": round(wall, 4), "audio_s_per_s": round(rate, 2)})

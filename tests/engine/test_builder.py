@@ -19,34 +19,76 @@ from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
 
 
+class FakeClock:
+    """Time that moves only when a fake device says it has worked."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
 class DeclaredCostBackend:
-    """Sleeps `overhead + per_item_frame * items * frames` seconds: a device with a known cost.
+    """Takes `overhead + per_item_frame * items * frames` seconds: a device with a known cost.
 
     It pays for the padded frames, as a CPU does, unless `padding_free` (then only the
-    real ones count, an idealised device).
+    real ones count, an idealised device). With a `clock` it advances that clock by the
+    cost instead of sleeping, so measurements of it are exact on any machine.
     """
 
     name = "declared"
 
-    def __init__(self, overhead: float, per_item_frame: float, padding_free: bool = False) -> None:
+    def __init__(
+        self,
+        overhead: float,
+        per_item_frame: float,
+        padding_free: bool = False,
+        clock: FakeClock | None = None,
+    ) -> None:
         self.overhead = overhead
         self.per_item_frame = per_item_frame
         self.padding_free = padding_free
+        self.clock = clock
 
     def run(
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         lengths = [f.shape[0] for f in feats]
         frames = sum(lengths) if self.padding_free else max(lengths) * len(lengths)
-        time.sleep(self.overhead + self.per_item_frame * frames)
+        cost = self.overhead + self.per_item_frame * frames
+        if self.clock is None:
+            time.sleep(cost)
+        else:
+            self.clock.advance(cost)
         return [np.zeros(f.shape[0] + PROMPT_FRAMES, np.int32) for f in feats]
 
 
 def fake_recognizer(
-    tiny_model_dir: Path, overhead: float, per_item_frame: float, padding_free: bool = False
+    tiny_model_dir: Path,
+    overhead: float,
+    per_item_frame: float,
+    padding_free: bool = False,
+    clock: FakeClock | None = None,
 ) -> Recognizer:
-    backend = DeclaredCostBackend(overhead, per_item_frame, padding_free)
+    backend = DeclaredCostBackend(overhead, per_item_frame, padding_free, clock)
     return Recognizer(load_model_dir(tiny_model_dir), backend)
+
+
+def choose(
+    tiny_model_dir: Path,
+    overhead: float,
+    per_item_frame: float,
+    config: EngineConfig,
+    padding_free: bool = False,
+) -> tuple[int, tuple[dict[str, float], ...]]:
+    """The batch choice for a declared-cost device, measured on a fake clock."""
+    clock = FakeClock()
+    recognizer = fake_recognizer(tiny_model_dir, overhead, per_item_frame, padding_free, clock)
+    return choose_max_batch(recognizer, config, clock=clock.now)
 
 
 CONFIG = EngineConfig(autotune_seconds=1.0, autotune_candidates=(1, 2, 4, 8, 16))
@@ -54,44 +96,39 @@ CONFIG = EngineConfig(autotune_seconds=1.0, autotune_candidates=(1, 2, 4, 8, 16)
 
 def test_overhead_bound_device_gets_a_big_batch(tiny_model_dir: Path) -> None:
     # GPU-like: a fixed 40 ms per call, almost nothing per frame.
-    recognizer = fake_recognizer(tiny_model_dir, 0.04, 1e-6)
-    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    chosen, curve = choose(tiny_model_dir, 0.04, 1e-6, CONFIG)
     assert chosen == 16
     assert curve[-1]["audio_s_per_s"] > 5 * curve[0]["audio_s_per_s"]
 
 
 def test_compute_bound_device_stays_unbatched(tiny_model_dir: Path) -> None:
-    # CPU-like: cost grows with the work, so batching buys nothing. The declared cost must
-    # dwarf the real frontend's per-call overhead, which batching does amortise a little.
-    recognizer = fake_recognizer(tiny_model_dir, 0.0, 2e-3)
-    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    # CPU-like: cost grows with the work (padding included), so batching buys nothing.
+    chosen, curve = choose(tiny_model_dir, 0.0, 2e-3, CONFIG)
     assert chosen == 1
     assert len(curve) <= 3  # it stopped once throughput stopped growing
 
 
 def test_a_small_batching_gain_is_not_worth_its_latency(tiny_model_dir: Path) -> None:
     # Batch 4 about 6% faster than batch 1 (as this 2-core CPU once measured).
-    recognizer = fake_recognizer(tiny_model_dir, 0.0006, 4e-4, padding_free=True)
-    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    chosen, curve = choose(tiny_model_dir, 0.0006, 4e-4, CONFIG, padding_free=True)
     assert max(p["audio_s_per_s"] for p in curve) > 1.03 * curve[0]["audio_s_per_s"]
     assert chosen == 1
-    chosen, _ = choose_max_batch(recognizer, replace(CONFIG, autotune_tolerance=0.0))
+    eager = replace(CONFIG, autotune_tolerance=0.0)
+    chosen, _ = choose(tiny_model_dir, 0.0006, 4e-4, eager, padding_free=True)
     assert chosen > 1
 
 
 def test_the_measurement_pays_for_padding_as_live_batches_do(tiny_model_dir: Path) -> None:
     # Equal lengths would make batch 4 30% faster here (per-call overhead amortised);
     # with the spread of lengths live batches have, the padding eats all of it.
-    recognizer = fake_recognizer(tiny_model_dir, 0.0015, 2e-4)
-    chosen, curve = choose_max_batch(recognizer, CONFIG)
+    chosen, curve = choose(tiny_model_dir, 0.0015, 2e-4, CONFIG)
     assert chosen == 1
     assert all(p["audio_s_per_s"] < 1.05 * curve[0]["audio_s_per_s"] for p in curve)
 
 
 def test_latency_target_caps_the_batch(tiny_model_dir: Path) -> None:
-    recognizer = fake_recognizer(tiny_model_dir, 0.05, 4e-4, padding_free=True)
     config = replace(CONFIG, latency_target_s=0.12)
-    chosen, curve = choose_max_batch(recognizer, config)
+    chosen, curve = choose(tiny_model_dir, 0.05, 4e-4, config, padding_free=True)
     assert all(p["wall_s"] <= 0.12 for p in curve if p["batch"] == chosen)
     assert chosen == 8  # 16 would take 0.16 s
 
