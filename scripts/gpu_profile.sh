@@ -44,16 +44,18 @@ done
 server=$!
 trap 'kill -INT $server 2>/dev/null; wait $server' EXIT
 "$PY" - "$PORT" <<'PYEOF' || { echo "server not ready; see server.log" >&2; exit 1; }
-import sys, time, urllib.error, urllib.request
-deadline = time.monotonic() + 180
-while True:  # the port opens after the imports; /readyz then long-polls the model load
+import socket, sys, time
+from tools.spawn import wait_ready
+port, deadline = int(sys.argv[1]), time.monotonic() + 180
+while True:  # the port opens after the imports; then /readyz long-polls the model load
     try:
-        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/readyz?wait=8", timeout=10)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
         break
-    except (urllib.error.URLError, OSError):
+    except OSError:
         if time.monotonic() > deadline:
             raise
         time.sleep(0.2)
+wait_ready(f"http://127.0.0.1:{port}", max(1.0, deadline - time.monotonic()))
 PYEOF
 # The profile skips the ramp-up and the drain: it covers the middle of the run.
 (sleep 6 && .whl/tools/py-spy record -p "$server" --threads --idle -r 50 -d $((DUR - 8)) \
