@@ -36,13 +36,11 @@ from tools.speech import speak
 
 
 def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
-    """Word-level Levenshtein distance."""
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
-    return row[-1]
+    """Word-level Levenshtein distance (rapidfuzz, which jiwer is built on, compares any
+    sequences of hashables; jiwer itself refuses an empty reference)."""
+    from rapidfuzz.distance import Levenshtein
+
+    return int(Levenshtein.distance(a, b))
 
 
 def final_words_until(final: Transcript, end_ms: int) -> list[str]:
