@@ -1,4 +1,5 @@
-"""int8 recipes (unsigned / signed weights, per-tensor / per-channel, reduce_range) on this
+"""int8 recipes (unsigned / signed weights, per-tensor / per-channel, reduce_range, and
+weight-only blockwise 8 and 4 bits) on this
 CPU: decode speed and frame agreement with fp32, side by side on espeak clips.
 
 The work is done by tools/bench_int8_recipes.py.

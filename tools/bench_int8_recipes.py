@@ -5,7 +5,9 @@ quantizer; all sessions then decode the same espeak clips one at a time, the rec
 taking turns over the passes, and each clip's frame argmaxes are held against fp32's.
 Unsigned per-tensor weights are the export's recipe (`engine/onnx_export.py`); signed
 weights saturate the u8 x s8 kernels of CPUs without VNNI unless `reduce_range` keeps
-them to 7 bits.
+them to 7 bits. The `w8-`/`w4-` recipes are weight-only, blockwise (onnxruntime's
+MatMulNBits at accuracy level 4, whose int8 kernels use VNNI or AMX where the CPU has
+them); on AVX2 they lost to the export's recipe (`docs/benchmarks.md`).
 
 The command line is scripts/bench_int8_recipes.py.
 """
@@ -38,6 +40,10 @@ class Recipe:
     signed: bool
     per_channel: bool
     reduce_range: bool
+    # Weight-only blockwise quantization (MatMulNBits) when `bits` is set; the flags
+    # above are then unused.
+    bits: int = 0
+    block: int = 0
 
 
 RECIPES = (
@@ -47,6 +53,8 @@ RECIPES = (
     Recipe("s8-per-channel", True, True, False),
     Recipe("s8-reduce-range", True, False, True),
     Recipe("s8-reduce-range-per-channel", True, True, True),
+    Recipe("w8-block128", False, False, False, bits=8, block=128),
+    Recipe("w4-block32", False, False, False, bits=4, block=32),
 )
 
 
@@ -54,6 +62,8 @@ def quantize(src: Path, dst: Path, recipe: Recipe) -> Path:
     """`src` quantized by `recipe` into `dst` (kept: quantizing takes about 20 s)."""
     if dst.is_file():
         return dst
+    if recipe.bits:
+        return quantize_blockwise(src, dst, recipe)
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.disable(logging.WARNING)  # the quantizer logs a line per tensor
@@ -68,6 +78,29 @@ def quantize(src: Path, dst: Path, recipe: Recipe) -> Path:
         )
     finally:
         logging.disable(logging.NOTSET)
+    return dst
+
+
+def quantize_blockwise(src: Path, dst: Path, recipe: Recipe) -> Path:
+    """`src`'s constant-weight MatMuls as MatMulNBits with int8 compute, into `dst`."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=recipe.block, is_symmetric=False, accuracy_level=4, bits=recipe.bits
+    )
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=config)
+    logging.disable(logging.WARNING)  # a line per tensor here too
+    try:
+        quantizer.process()
+    finally:
+        logging.disable(logging.NOTSET)
+    partial = dst.with_suffix(".tmp")
+    quantizer.model.save_model_to_file(str(partial), use_external_data_format=False)
+    partial.replace(dst)
     return dst
 
 

@@ -60,3 +60,27 @@ def test_saved_clips_that_are_not_samples_are_refused(
     np.savez(path, **arrays)
     with pytest.raises(SystemExit, match=message):
         load_clips(path)
+
+
+def test_a_blockwise_recipe_turns_the_weight_matmuls_into_matmulnbits(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import onnx
+
+    from engine.loader import ensure_onnx
+    from engine.model_dir import resolve_model
+    from tools.bench_int8_recipes import quantize
+
+    ensure_onnx(resolve_model(str(tiny_model_dir)), "fp32")
+    src = tiny_model_dir / "model.onnx"
+    recipe = next(r for r in RECIPES if r.bits == 8)
+    ops = [
+        n.op_type for n in onnx.load(str(quantize(src, tmp_path / "w8.onnx", recipe))).graph.node
+    ]
+    source = onnx.load(str(src))
+    weights = {i.name for i in source.graph.initializer}
+    weight_matmuls = sum(
+        1 for n in source.graph.node if n.op_type == "MatMul" and n.input[1] in weights
+    )
+    assert ops.count("MatMulNBits") == weight_matmuls > 0
+    assert [p for p in tmp_path.iterdir()] == [tmp_path / "w8.onnx"]  # no partial file left
