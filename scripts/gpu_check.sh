@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check for a GPU host: install, build the full test model, parity, engine
-# benchmarks, GPU tests, a short server benchmark and a profile under live load, all within
-# about 8 minutes.
+# benchmarks, GPU tests, a short server benchmark, a profile under live load and the host
+# CPU's int8 recipes, all within about 8 minutes.
 #
 # Every step runs under `timeout` (capped by what is left of the overall deadline), logs to
 # $OUT/<step>.log and is recorded in $OUT/steps.jsonl, so one failing step loses nothing
@@ -33,11 +33,13 @@ if ((DRY_RUN)); then
   DEVICE=cpu PRECISION=fp32 SIZE=tiny
   BATCHES=1,2 SECONDS_LIST=2,10 REPEATS=1 PARITY_SECONDS=1,3
   STREAMS=2 DURATION=6 PROFILE_STREAMS=2 PROFILE_DURATION=10
+  RECIPES=w8-block128 RECIPE_CLIPS=2 RECIPE_PASSES=1
 else
   PY=${PYTHON:-python3}
   DEVICE=cuda PRECISION=fp16 SIZE=full
   BATCHES=1,2,4,8,16,32,64 SECONDS_LIST=3,10,15 REPEATS=5 PARITY_SECONDS=2,5,10
   STREAMS=16,64 DURATION=20 PROFILE_STREAMS=96 PROFILE_DURATION=20
+  RECIPES=w8-block128,w4-block32 RECIPE_CLIPS=10 RECIPE_PASSES=2
 fi
 MODEL="$WORK/models/test-$SIZE"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -187,6 +189,23 @@ server_profile() { # py-spy on the server's threads under live load (scripts/gpu
     N="$PROFILE_STREAMS" DUR="$PROFILE_DURATION" scripts/gpu_profile.sh
 }
 
+int8_recipes() { # int8_recipes SPEECH_DIR: the host CPU's int8 recipes (VNNI, AMX), 2 threads
+  local path=$PATH
+  if [[ $1 == "$REPO/.whl/bench-speech" ]]; then path="$WORK/no-tts:$PATH"; fi
+  PATH="$path" "$PY" - "$1" "$WORK/int8-clips.npz" "$RECIPE_CLIPS" <<'EOF' &&
+import sys
+from pathlib import Path
+import numpy as np
+from tools.bench.corpus import build_pool
+pool = build_pool(Path(sys.argv[1]))[: int(sys.argv[3])]
+pcm = {f"c{i:02d}": np.frombuffer(b"".join(c.frames), np.int16)[: c.samples] for i, c in enumerate(pool)}
+np.savez(sys.argv[2], **pcm)
+EOF
+    "$PY" scripts/bench_int8_recipes.py --model "$MODEL" --work "$WORK/int8" --recipes "$RECIPES" \
+      --clips-npz "$WORK/int8-clips.npz" --clips "$RECIPE_CLIPS" --passes "$RECIPE_PASSES" \
+      --threads 2 --json "$OUT/int8_recipes.json"
+}
+
 ort_ready() {
   "$PY" -c 'import onnxruntime as o, sys
 sys.exit(0 if "CUDAExecutionProvider" in o.get_available_providers() else 1)'
@@ -247,14 +266,17 @@ report["profile_threads"] = {
     name: {"share_of_samples": t.get("share_of_samples"), "busy": t.get("busy_share_of_thread"),
            "top": [(f.get("frame"), f.get("share_of_thread")) for f in t.get("top_frames", [])[:5]]}
     for name, t in profile.get("threads", {}).items()}
+recipes = load("int8_recipes.json") or {}
+report["int8_recipes"] = {k: recipes.get(k) for k in ("onnxruntime", "clips", "passes", "rows")}
 print(json.dumps(report, indent=1))
 EOF
 }
 
 export OUT WORK REPO PY DEVICE PRECISION SIZE MODEL BATCHES SECONDS_LIST REPEATS \
-  PARITY_SECONDS STREAMS DURATION PROFILE_STREAMS PROFILE_DURATION
+  PARITY_SECONDS STREAMS DURATION PROFILE_STREAMS PROFILE_DURATION RECIPES RECIPE_CLIPS \
+  RECIPE_PASSES
 export -f environment install_wheels check_imports build_model bench_torch parity gpu_tests \
-  server_bench server_profile ort_cuda
+  server_bench server_profile ort_cuda int8_recipes
 trap 'summarise; echo "== summary: $OUT/gpu_check.json"' EXIT
 
 echo "gpu_check: out=$OUT dry_run=$DRY_RUN device=$DEVICE model=$MODEL"
@@ -294,4 +316,11 @@ if [[ -x .whl/tools/py-spy && -d .whl/bench-speech ]]; then
   step server_profile 150 server_profile
 else
   skip server_profile ".whl/tools/py-spy or .whl/bench-speech missing (gpu_wheels.sh)"
+fi
+# After the GPU's own steps: the host CPU's int8 recipes, blockwise (MatMulNBits) ones
+# included, which lost on AVX2 and whose int8 kernels use VNNI and AMX where they exist.
+if SPEECH=$(speech_dir); then
+  step int8_recipes 150 int8_recipes "$SPEECH"
+else
+  skip int8_recipes "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
 fi
