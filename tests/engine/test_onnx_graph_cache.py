@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ from engine.frontend import Frontend
 from engine.loader import BackendOptions, create_backend, ensure_onnx
 from engine.model_dir import ModelDir, load_model_dir
 from engine.onnx_backend import OnnxBackend
-from engine.onnx_graph_cache import cached_graph_path
+from engine.onnx_graph_cache import GRAPH, WEIGHTS, cached_graph_path
 from engine.types import DecodeOptions
 from tests.speech import Clip
 
@@ -43,24 +46,42 @@ def test_cached_graph_gives_the_same_ids(
     plain = OnnxBackend(model_dir, precision=precision, onnx_path=source)
     first = OnnxBackend(model_dir, precision=precision, onnx_path=source, graph_cache=tmp_path)
     cached = cached_graph_path(tmp_path, source)
-    assert cached.is_file()
-    stamp = cached.stat().st_mtime_ns
+    assert sorted(p.name for p in cached.iterdir()) == [GRAPH, WEIGHTS]
+    # The weights live outside the graph: the graph file is a small part of the export.
+    assert (cached / GRAPH).stat().st_size < source.stat().st_size / 4
+    stamp = (cached / GRAPH).stat().st_mtime_ns
     second = OnnxBackend(model_dir, precision=precision, onnx_path=source, graph_cache=tmp_path)
-    assert cached.stat().st_mtime_ns == stamp  # read, not written again
+    assert (cached / GRAPH).stat().st_mtime_ns == stamp  # read, not written again
     assert ids(first, feats) == ids(plain, feats) == ids(second, feats)
     assert [p.name for p in tmp_path.iterdir()] == [cached.name]  # no temporary left
 
 
+@pytest.mark.parametrize("damage", ["garbage graph", "no weights", "truncated weights", "a file"])
 def test_unreadable_graph_is_rebuilt(
-    model_dir: ModelDir, feats: list[np.ndarray], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    model_dir: ModelDir,
+    feats: list[np.ndarray],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    damage: str,
 ) -> None:
     source = ensure_onnx(model_dir, "fp32")
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
     cached = cached_graph_path(tmp_path, source)
-    cached.write_bytes(b"not an onnx graph")
+    weights = cached / WEIGHTS
+    if damage == "garbage graph":
+        (cached / GRAPH).write_bytes(b"not an onnx graph")
+    elif damage == "no weights":
+        weights.unlink()
+    elif damage == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        shutil.rmtree(cached)
+        cached.write_bytes(b"an entry of some other program")
     with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
         backend = OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
-    assert "rebuilding the unreadable optimized graph" in caplog.text
-    assert cached.stat().st_size > 1000
+    if damage != "a file":
+        assert "rebuilding the unreadable optimized graph" in caplog.text
+    assert sorted(p.name for p in cached.iterdir()) == [GRAPH, WEIGHTS]
     plain = OnnxBackend(model_dir, precision="fp32", onnx_path=source)
     assert ids(backend, feats) == ids(plain, feats)
 
@@ -79,6 +100,37 @@ def test_changed_export_replaces_its_older_graph(model_dir: ModelDir, tmp_path: 
     assert sorted(folder.iterdir()) == [new]
 
 
+def test_storing_sweeps_old_entries_but_not_one_being_written(
+    model_dir: ModelDir, tmp_path: Path
+) -> None:
+    source = ensure_onnx(model_dir, "fp32")
+    entry = cached_graph_path(tmp_path, source)
+    prefix = entry.name.rsplit("-", 1)[0]
+    tmp_path.mkdir(exist_ok=True)
+    old_format = tmp_path / f"{prefix}-0123abcd.onnx"  # the single-file entry of format 1
+    old_format.write_bytes(b"graph")
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f"{entry.name}.{writer.pid}.tmp"
+        live.mkdir()
+        dead = tmp_path / f"{entry.name}.{dead_pid()}.tmp"
+        dead.mkdir()
+        other_export = tmp_path / "graph-000000000000-0123abcd"
+        other_export.mkdir()
+        OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+        assert sorted(tmp_path.iterdir()) == sorted([entry, live, other_export])
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
 def test_unwritable_cache_still_opens(model_dir: ModelDir, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache folder would go")
@@ -91,4 +143,4 @@ def test_unwritable_cache_still_opens(model_dir: ModelDir, tmp_path: Path) -> No
 def test_create_backend_passes_the_cache(model_dir: ModelDir, tmp_path: Path) -> None:
     options = BackendOptions(precision="fp32", graph_cache=tmp_path)
     create_backend(model_dir, options)
-    assert cached_graph_path(tmp_path, ensure_onnx(model_dir, "fp32")).is_file()
+    assert (cached_graph_path(tmp_path, ensure_onnx(model_dir, "fp32")) / GRAPH).is_file()
