@@ -1,9 +1,12 @@
-"""Seconds from `python -m server` to /readyz 200, for this checkout and optionally another.
+"""Seconds from `python -m server` to /readyz 200, for this checkout and optionally another,
+and optionally sherpa-onnx's non-streaming server on the same int8 weights.
 
-Runs alternate between the checkouts (order flipped each round), so drift in the
-machine's speed falls on both alike; every start after the first reuses what the first
-stored (tuning and optimized graph), as a restart on the same host does, and the first
-is reported apart.
+Runs alternate between the servers (order flipped each round), so drift in the machine's
+speed falls on all alike; every start after the first reuses what the first stored
+(tuning and optimized graph), as a restart on the same host does, and the first is
+reported apart. sherpa-onnx's server counts as ready when it logs the address it serves,
+which it does once its recognizer is built; it needs the side environment and checkout of
+`scripts/bench_server_peers.py`.
 """
 
 from __future__ import annotations
@@ -11,14 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from engine.loader import ensure_onnx
+from engine.model_dir import resolve_model
 from engine.tuning_cache import cpu_identity
+from tools.bench_peers import peer_servers, server_cli
+from tools.bench_peers.cli import side_env_missing
+from tools.bench_peers.sherpa_export import export_sherpa
 from tools.spawn import ServerSpec, SpawnedServer
+
+PEERS = Path.home() / ".cache/sensestream/peers"
+SHERPA = "sherpa-onnx"
 
 
 def time_to_ready(spec: ServerSpec) -> float:
@@ -29,39 +41,75 @@ def time_to_ready(spec: ServerSpec) -> float:
         return time.perf_counter() - started
 
 
+def sherpa_timer(args: argparse.Namespace) -> Callable[[], float]:
+    """Seconds from spawning sherpa-onnx's server until it serves, on our int8 weights."""
+    model_dir = resolve_model(args.model)
+    ensure_onnx(model_dir, "int8")
+    exported = export_sherpa(model_dir, args.work / "sherpa-model", int8=True)
+    extra = tuple(shlex.split(args.sherpa_args))
+
+    def timed() -> float:
+        started = time.perf_counter()
+        with peer_servers.sherpa(
+            args.sherpa_python, args.sherpa_examples, exported.model, exported.tokens, extra
+        ):
+            return time.perf_counter() - started
+
+    return timed
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True, help="model dir (exports already built)")
     p.add_argument("--server-args", default="", help="more `python -m server` options")
     p.add_argument("--baseline-checkout", type=Path, help="another checkout to compare")
+    p.add_argument("--sherpa", action="store_true", help="time sherpa-onnx's server too")
+    p.add_argument("--sherpa-python", type=Path, default=PEERS / "sherpa/bin/python")
+    p.add_argument(
+        "--sherpa-examples", type=Path, default=PEERS / "sherpa-onnx/python-api-examples"
+    )
+    p.add_argument("--sherpa-args", default="--num-threads 2 --max-batch-size 1")
+    p.add_argument("--work", type=Path, default=PEERS / "work", help="sherpa's export goes here")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--json", type=Path, help="write the results here")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    server_args = ("--model", args.model, *args.server_args.split())
+def timers(args: argparse.Namespace) -> tuple[dict[str, Callable[[], float]], dict[str, str]]:
+    """What to time, by name, and where each name's server comes from."""
     checkouts = {"this": Path.cwd()}
     if args.baseline_checkout is not None:
         checkouts["baseline"] = args.baseline_checkout.resolve()
-    # PYTHONPATH too: an editable install would otherwise import this checkout's packages.
-    specs = {
-        name: ServerSpec(
-            server_args, python=sys.executable, cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)}
-        )
-        for name, cwd in checkouts.items()
-    }
-    first = {name: round(time_to_ready(spec), 3) for name, spec in specs.items()}
-    runs: dict[str, list[float]] = {name: [] for name in specs}
+    server_args = ("--model", args.model, *args.server_args.split())
+    found: dict[str, Callable[[], float]] = {}
+    for name, cwd in checkouts.items():
+        # PYTHONPATH too: an editable install would otherwise import this checkout's packages.
+        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        spec = ServerSpec(server_args, python=sys.executable, cwd=cwd, env=env)
+        found[name] = lambda spec=spec: time_to_ready(spec)
+    sources = {name: str(path) for name, path in checkouts.items()}
+    if args.sherpa:
+        found[SHERPA] = sherpa_timer(args)
+        sources[SHERPA] = str(args.sherpa_examples / "non_streaming_server.py")
+    return found, sources
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.sherpa and side_env_missing(args.sherpa_python, server_cli.__doc__ or ""):
+        return 2
+    timed, sources = timers(args)
+    first = {name: round(timer(), 3) for name, timer in timed.items()}
+    runs: dict[str, list[float]] = {name: [] for name in timed}
     for round_index in range(args.rounds):
-        order = list(specs) if round_index % 2 == 0 else list(reversed(specs))
+        order = list(timed) if round_index % 2 == 0 else list(reversed(timed))
         for name in order:
-            runs[name].append(round(time_to_ready(specs[name]), 3))
+            runs[name].append(round(timed[name](), 3))
     report = {
         "cpu": cpu_identity(),
-        "server_args": list(server_args),
-        "checkouts": {name: str(path) for name, path in checkouts.items()},
+        "server_args": ["--model", args.model, *args.server_args.split()],
+        "sherpa_args": shlex.split(args.sherpa_args) if args.sherpa else None,
+        "checkouts": sources,
         "first_start_s": first,
         "restart_s": runs,
         "restart_median_s": {name: statistics.median(v) for name, v in runs.items()},
