@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from engine.loader import ensure_onnx
@@ -86,7 +87,7 @@ def timers(args: argparse.Namespace) -> tuple[dict[str, Callable[[], float]], di
         # PYTHONPATH too: an editable install would otherwise import this checkout's packages.
         env = {**os.environ, "PYTHONPATH": str(cwd)}
         spec = ServerSpec(server_args, python=sys.executable, cwd=cwd, env=env)
-        found[name] = lambda spec=spec: time_to_ready(spec)
+        found[name] = partial(time_to_ready, spec)
     sources = {name: str(path) for name, path in checkouts.items()}
     if args.sherpa:
         found[SHERPA] = sherpa_timer(args)
