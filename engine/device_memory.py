@@ -7,6 +7,7 @@ code sizes a CPU, a torch GPU or an onnxruntime GPU.
 from __future__ import annotations
 
 import contextlib
+import gc
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +43,10 @@ class HostMemory:
         return int(psutil.virtual_memory().available)
 
     def start_peak(self) -> None:
+        # Garbage collected inside the window (an old session's buffers, freed by a cycle
+        # collection that the measured decode's allocations set off) would lower RSS under
+        # the base and hide part of the peak: collect it before the base is read.
+        gc.collect()
         self._base = rss_bytes()
         reset_peak_rss()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -230,6 +231,22 @@ def test_host_reader_sees_a_real_allocation() -> None:
     block = np.ones(64 << 20, np.uint8)  # touched, so resident
     assert memory.peak_bytes() >= 48 << 20
     assert memory.free_bytes() > 0
+    del block
+
+
+def test_host_reader_is_not_fooled_by_garbage_freed_inside_the_window() -> None:
+    class Holder:
+        pass
+
+    cycle = Holder()
+    cycle.self = cycle  # type: ignore[attr-defined]
+    cycle.buffer = np.ones(64 << 20, np.uint8)  # type: ignore[attr-defined]
+    del cycle  # garbage now, but only a cycle collection frees it
+    memory = HostMemory()
+    memory.start_peak()
+    gc.collect()  # as a collection set off by the measured work's first allocations would
+    block = np.ones(64 << 20, np.uint8)
+    assert memory.peak_bytes() >= 48 << 20
     del block
 
 
