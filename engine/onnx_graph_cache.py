@@ -2,18 +2,18 @@
 
 Opening the full-size int8 export costs about 3 s, most of it in graph optimization. The
 optimized graph is stored with its weights in a file of their own: opened with
-optimization off, that takes 1.3-1.7 s, where the same graph with its weights inside the
-protobuf took 2.1-2.6 s (onnxruntime parses the whole 240 MB message, then copies every
+optimization off, that took 1.32-1.43 s, where the same graph with its weights inside the
+protobuf took 1.73-2.13 s (onnxruntime parses the whole 240 MB message, then copies every
 weight out of it). The optimized graph may use kernels for this CPU's instruction set, so
 an entry is keyed by the CPU's model and flags, the onnxruntime version and the export's
 size and mtime: any change optimizes afresh. An unreadable entry is deleted and rebuilt,
-never trusted.
+never trusted, and a cache that cannot be written only costs the optimizer's time.
 
-An entry is a folder, `graph.onnx` and `weights.bin`, written under a temporary name and
-renamed into place, so a reader never sees half of one. onnxruntime can also store the
-weights prepacked (`session.save_external_prepacked_constant_initializers`), which opened
-0.1-0.3 s faster still, but in 1.23.2 reopening such an fp32 graph crashes the process, so
-it is not used.
+An entry is a folder, `graph.onnx` and `weights.bin`, written under a unique temporary
+name and renamed into place, so a reader never sees half of one; the cache folder may be
+shared by several hosts or containers. onnxruntime can also store the weights prepacked
+(`session.save_external_prepacked_constant_initializers`), which opened 0.1-0.3 s faster
+still, but in 1.23.2 reopening such an fp32 graph crashes the process, so it is not used.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ GRAPH = "graph.onnx"
 WEIGHTS = "weights.bin"
 # Smaller tensors stay inside the graph: a separate read each would cost more than it saves.
 EXTERNAL_MIN_BYTES = 1024
+# A temporary folder this old was left by a writer that died: storing takes seconds.
+STALE_TEMP_S = 3600.0
 
 
 def cached_graph_path(folder: Path, source: Path) -> Path:
@@ -61,35 +65,47 @@ def open_with_graph_cache(
     import onnxruntime as ort
 
     entry = cached_graph_path(folder, source)
-    if (entry / GRAPH).is_file():
+    _sweep_stale_temps(entry)
+    if entry.is_dir():
+        stamp = _stamp(entry / GRAPH)
         settings = options()
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             return ort.InferenceSession(str(entry / GRAPH), settings, providers=providers)
         except _ort_errors() as exc:
             log.warning("rebuilding the unreadable optimized graph %s: %s", entry, exc)
-    if entry.exists():
-        _remove(entry)  # unreadable, or a folder some other program left half-made
-    return _optimize_and_store(source, entry, options(), providers)
+        _discard(entry, stamp)
+    elif entry.exists():
+        _remove(entry)  # a file where the folder goes: some other program's
+    return _optimize_and_store(source, entry, options, providers)
 
 
-def _optimize_and_store(source: Path, entry: Path, settings: Any, providers: list[Any]) -> Any:
+def _optimize_and_store(
+    source: Path, entry: Path, options: Callable[[], Any], providers: list[Any]
+) -> Any:
     import onnxruntime as ort
 
-    partial = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
     try:
-        partial.mkdir(parents=True, exist_ok=True)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f"{entry.name}.", suffix=".tmp", dir=entry.parent))
     except OSError as exc:
         log.warning("not caching the optimized graph in %s: %s", entry.parent, exc)
-        return ort.InferenceSession(str(source), settings, providers=providers)
+        return ort.InferenceSession(str(source), options(), providers=providers)
+    settings = options()
     settings.optimized_model_filepath = str(partial / GRAPH)
-    for key, value in (
-        ("session.save_model_format", "ONNX"),
-        ("session.optimized_model_external_initializers_file_name", WEIGHTS),
-        ("session.optimized_model_external_initializers_min_size_in_bytes", EXTERNAL_MIN_BYTES),
-    ):
-        settings.add_session_config_entry(key, str(value))
-    session = ort.InferenceSession(str(source), settings, providers=providers)
+    settings.add_session_config_entry("session.save_model_format", "ONNX")
+    settings.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", WEIGHTS
+    )
+    settings.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(EXTERNAL_MIN_BYTES)
+    )
+    try:
+        session = ort.InferenceSession(str(source), settings, providers=providers)
+    except _ort_errors() as exc:  # the save failed (a full disk, say): serve without caching
+        log.warning("could not store the optimized graph %s: %s", entry, exc)
+        _remove(partial)
+        return ort.InferenceSession(str(source), options(), providers=providers)
     try:
         partial.rename(entry)
     except OSError as exc:  # another process stored the same entry first
@@ -100,28 +116,46 @@ def _optimize_and_store(source: Path, entry: Path, settings: Any, providers: lis
     return session
 
 
-def _drop_older(current: Path) -> None:
-    """Remove this export's other entries (an older export, CPU, runtime or format).
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns
 
-    Another process's entry in the making is left alone; one whose process is gone goes.
-    """
+
+def _discard(entry: Path, stamp: tuple[int, int] | None) -> None:
+    """Remove the entry that failed to open, unless another process has replaced it since."""
+    if _stamp(entry / GRAPH) != stamp:
+        return  # already rebuilt (or removed) by another process: not the one that failed
+    # Renamed first, so that a rebuilt entry renamed into place meanwhile is not removed.
+    claimed = entry.with_name(f"{entry.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        entry.rename(claimed)
+    except OSError:
+        return
+    _remove(claimed)
+
+
+def _drop_older(current: Path) -> None:
+    """Remove this export's entries for other keys (an older export, CPU, runtime, format)."""
     prefix = current.name.rsplit("-", 1)[0]
     for other in current.parent.glob(f"{prefix}-*"):
-        if other != current and not _being_written(other):
+        if other != current and other.suffix != ".tmp":
             _remove(other)
 
 
-def _being_written(path: Path) -> bool:
-    name, _, pid = path.stem.rpartition(".")
-    if path.suffix != ".tmp" or not name or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # alive, under another user
-        return True
-    return True
+def _sweep_stale_temps(entry: Path) -> None:
+    """Remove this export's temporary folders whose writers died long ago."""
+    prefix = entry.name.rsplit("-", 1)[0]
+    cutoff = time.time() - STALE_TEMP_S
+    for temp in entry.parent.glob(f"{prefix}-*.tmp"):
+        try:
+            stale = temp.stat().st_mtime < cutoff
+        except OSError:
+            continue
+        if stale:
+            _remove(temp)
 
 
 def _remove(path: Path) -> None:
@@ -132,14 +166,16 @@ def _remove(path: Path) -> None:
 
 
 def _ort_errors() -> tuple[type[Exception], ...]:
-    """What onnxruntime raises for a graph or weights file it cannot load.
+    """What onnxruntime raises for a graph or weights file it cannot load or save.
 
-    None of them derive from RuntimeError; a missing weights file is a RuntimeException.
+    None of them derive from RuntimeError; a missing weights file is a RuntimeException, a
+    graph that cannot be saved an InvalidArgument.
     """
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     return (
         state.Fail,
+        state.InvalidArgument,
         state.InvalidGraph,
         state.InvalidProtobuf,
         state.NoSuchFile,

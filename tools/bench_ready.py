@@ -76,12 +76,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def timers(args: argparse.Namespace) -> tuple[dict[str, Callable[[], float]], dict[str, str]]:
+def timers(
+    args: argparse.Namespace, server_args: tuple[str, ...]
+) -> tuple[dict[str, Callable[[], float]], dict[str, str]]:
     """What to time, by name, and where each name's server comes from."""
     checkouts = {"this": Path.cwd()}
     if args.baseline_checkout is not None:
         checkouts["baseline"] = args.baseline_checkout.resolve()
-    server_args = ("--model", args.model, *args.server_args.split())
     found: dict[str, Callable[[], float]] = {}
     for name, cwd in checkouts.items():
         # PYTHONPATH too: an editable install would otherwise import this checkout's packages.
@@ -95,11 +96,24 @@ def timers(args: argparse.Namespace) -> tuple[dict[str, Callable[[], float]], di
     return found, sources
 
 
+def sherpa_missing(args: argparse.Namespace) -> bool:
+    """Say so, with how to set it up, when sherpa-onnx's environment or script is absent."""
+    setup = server_cli.__doc__ or ""
+    if side_env_missing(args.sherpa_python, setup):
+        return True
+    if (args.sherpa_examples / "non_streaming_server.py").is_file():
+        return False
+    print(f"error: no non_streaming_server.py in {args.sherpa_examples}", file=sys.stderr)
+    print(setup, file=sys.stderr)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.sherpa and side_env_missing(args.sherpa_python, server_cli.__doc__ or ""):
+    if args.sherpa and sherpa_missing(args):
         return 2
-    timed, sources = timers(args)
+    server_args = ("--model", args.model, *args.server_args.split())
+    timed, sources = timers(args, server_args)
     first = {name: round(timer(), 3) for name, timer in timed.items()}
     runs: dict[str, list[float]] = {name: [] for name in timed}
     for round_index in range(args.rounds):
@@ -108,9 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs[name].append(round(timed[name](), 3))
     report = {
         "cpu": cpu_identity(),
-        "server_args": ["--model", args.model, *args.server_args.split()],
+        "server_args": list(server_args),
         "sherpa_args": shlex.split(args.sherpa_args) if args.sherpa else None,
-        "checkouts": sources,
+        "checkouts": sources,  # for sherpa-onnx, its server script
         "first_start_s": first,
         "restart_s": runs,
         "restart_median_s": {name: statistics.median(v) for name, v in runs.items()},

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine import onnx_graph_cache as graph_cache
 from engine.frontend import Frontend
 from engine.loader import BackendOptions, create_backend, ensure_onnx
 from engine.model_dir import ModelDir, load_model_dir
@@ -100,35 +100,59 @@ def test_changed_export_replaces_its_older_graph(model_dir: ModelDir, tmp_path: 
     assert sorted(folder.iterdir()) == [new]
 
 
-def test_storing_sweeps_old_entries_but_not_one_being_written(
+def test_storing_sweeps_old_entries_and_stale_temporaries(
     model_dir: ModelDir, tmp_path: Path
 ) -> None:
     source = ensure_onnx(model_dir, "fp32")
     entry = cached_graph_path(tmp_path, source)
     prefix = entry.name.rsplit("-", 1)[0]
-    tmp_path.mkdir(exist_ok=True)
     old_format = tmp_path / f"{prefix}-0123abcd.onnx"  # the single-file entry of format 1
     old_format.write_bytes(b"graph")
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        live = tmp_path / f"{entry.name}.{writer.pid}.tmp"
-        live.mkdir()
-        dead = tmp_path / f"{entry.name}.{dead_pid()}.tmp"
-        dead.mkdir()
-        other_export = tmp_path / "graph-000000000000-0123abcd"
-        other_export.mkdir()
-        OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
-        assert sorted(tmp_path.iterdir()) == sorted([entry, live, other_export])
-    finally:
-        writer.kill()
-        writer.wait()
+    writing = tmp_path / f"{entry.name}.x1y2.tmp"  # another writer's, maybe on another host
+    writing.mkdir()
+    abandoned = tmp_path / f"{entry.name}.z3w4.tmp"
+    abandoned.mkdir()
+    two_hours_ago = time.time() - 7200
+    os.utime(abandoned, (two_hours_ago, two_hours_ago))
+    other_export = tmp_path / "graph-000000000000-0123abcd"
+    other_export.mkdir()
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+    assert sorted(tmp_path.iterdir()) == sorted([entry, writing, other_export])
 
 
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    return gone.pid
+def test_a_cache_that_cannot_be_saved_still_opens(
+    model_dir: ModelDir,
+    feats: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = ensure_onnx(model_dir, "fp32")
+    gone = tmp_path / "removed-under-the-writer"
+
+    def vanishing_folder(**_: object) -> str:
+        return str(gone)  # as if a sweep elsewhere removed it: onnxruntime's save fails
+
+    monkeypatch.setattr(graph_cache.tempfile, "mkdtemp", vanishing_folder)
+    with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
+        backend = OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+    assert "could not store the optimized graph" in caplog.text
+    assert list(tmp_path.iterdir()) == []
+    plain = OnnxBackend(model_dir, precision="fp32", onnx_path=source)
+    assert ids(backend, feats) == ids(plain, feats)
+
+
+def test_a_failed_entry_replaced_meanwhile_is_kept(model_dir: ModelDir, tmp_path: Path) -> None:
+    source = ensure_onnx(model_dir, "fp32")
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+    entry = cached_graph_path(tmp_path, source)
+    seen = graph_cache._stamp(entry / GRAPH)  # what this process failed to open
+    shutil.rmtree(entry)  # another process rebuilt it in the meantime
+    OnnxBackend(model_dir, precision="fp32", onnx_path=source, graph_cache=tmp_path)
+    graph_cache._discard(entry, seen)
+    assert sorted(p.name for p in entry.iterdir()) == [GRAPH, WEIGHTS]
+    graph_cache._discard(entry, graph_cache._stamp(entry / GRAPH))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unwritable_cache_still_opens(model_dir: ModelDir, tmp_path: Path) -> None:

@@ -73,3 +73,6 @@ def test_without_the_side_environment_it_says_how_to_make_it(
     missing = tmp_path / "no-venv" / "python"
     assert main(["--model", str(tiny_model_dir), "--sherpa", "--sherpa-python", str(missing)]) == 2
     assert "pip install" in capsys.readouterr().err
+    no_script = ["--sherpa-python", sys.executable, "--sherpa-examples", str(tmp_path)]
+    assert main(["--model", str(tiny_model_dir), "--sherpa", *no_script]) == 2
+    assert "git clone" in capsys.readouterr().err
