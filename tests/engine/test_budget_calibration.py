@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -248,6 +249,21 @@ def test_host_reader_is_not_fooled_by_garbage_freed_inside_the_window() -> None:
     block = np.ones(64 << 20, np.uint8)
     assert memory.peak_bytes() >= 48 << 20
     del block
+
+
+def test_host_reader_is_not_fooled_by_file_pages_evicted_inside_the_window(
+    tmp_path: Path,
+) -> None:
+    mapped = tmp_path / "library.so"
+    mapped.write_bytes(b"\1" * (64 << 20))
+    with mapped.open("rb") as file, mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ) as pages:
+        assert sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE)) > 0  # all resident
+        memory = HostMemory()
+        memory.start_peak()
+        pages.madvise(mmap.MADV_DONTNEED)  # as the kernel evicting them would
+        block = np.ones(64 << 20, np.uint8)
+        assert memory.peak_bytes() >= 48 << 20
+        del block
 
 
 def test_readers_by_device() -> None:
