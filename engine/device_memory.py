@@ -36,7 +36,7 @@ class HostMemory:
 
     def __init__(self) -> None:
         self._base = 0
-        self._base_file = 0
+        self._base_reclaimable = 0
 
     def free_bytes(self) -> int:
         import psutil
@@ -49,15 +49,16 @@ class HostMemory:
         # the base and hide part of the peak: collect it before the base is read.
         gc.collect()
         self._base = rss_bytes()
-        self._base_file = file_rss_bytes()
+        self._base_reclaimable = reclaimable_rss_bytes()
         reset_peak_rss()
 
     def peak_bytes(self) -> int:
-        # Under page-cache pressure the kernel evicts mapped file pages (torch's and
-        # onnxruntime's libraries are hundreds of MB of them), lowering RSS under the base
-        # while the decode runs. Adding back what left errs high, the safe side for a budget.
-        evicted = max(0, self._base_file - file_rss_bytes())
-        return max(0, peak_rss_bytes() - self._base + evicted)
+        # Under memory pressure the kernel reclaims resident pages the process did not free
+        # itself (mapped files such as torch's and onnxruntime's libraries, and memory an
+        # allocator released with MADV_FREE), lowering RSS under the base while the decode
+        # runs. Adding back what left errs high, the safe side for a budget.
+        reclaimed = max(0, self._base_reclaimable - reclaimable_rss_bytes())
+        return max(0, peak_rss_bytes() - self._base + reclaimed)
 
 
 class TorchCudaMemory:
@@ -150,9 +151,9 @@ def reset_peak_rss() -> None:
         Path("/proc/self/clear_refs").write_text("5")
 
 
-def _status_kib(field_name: str) -> int:
+def _status_kib(field_name: str, source: str = "/proc/self/status") -> int:
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(source).read_text().splitlines():
             if line.startswith(field_name):
                 return int(line.split()[1]) * 1024
     except OSError:
@@ -168,6 +169,8 @@ def peak_rss_bytes() -> int:
     return _status_kib("VmHWM:")
 
 
-def file_rss_bytes() -> int:
-    """Resident pages of mapped files: the part of RSS the kernel may evict at any time."""
-    return _status_kib("RssFile:")
+def reclaimable_rss_bytes() -> int:
+    """Resident pages the kernel may take back at any time: mapped files and lazily freed
+    memory (MADV_FREE, which jemalloc-style allocators use)."""
+    lazy = _status_kib("LazyFree:", "/proc/self/smaps_rollup")
+    return _status_kib("RssFile:") + lazy
