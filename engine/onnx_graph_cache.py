@@ -85,12 +85,15 @@ def _optimize_and_store(
 ) -> Any:
     import onnxruntime as ort
 
+    def uncached() -> Any:
+        return ort.InferenceSession(str(source), options(), providers=providers)
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f"{entry.name}.", suffix=".tmp", dir=entry.parent))
     except OSError as exc:
         log.warning("not caching the optimized graph in %s: %s", entry.parent, exc)
-        return ort.InferenceSession(str(source), options(), providers=providers)
+        return uncached()
     settings = options()
     settings.optimized_model_filepath = str(partial / GRAPH)
     settings.add_session_config_entry("session.save_model_format", "ONNX")
@@ -105,7 +108,7 @@ def _optimize_and_store(
     except _ort_errors() as exc:  # the save failed (a full disk, say): serve without caching
         log.warning("could not store the optimized graph %s: %s", entry, exc)
         _remove(partial)
-        return ort.InferenceSession(str(source), options(), providers=providers)
+        return uncached()
     try:
         partial.rename(entry)
     except OSError as exc:  # another process stored the same entry first
@@ -137,19 +140,23 @@ def _discard(entry: Path, stamp: tuple[int, int] | None) -> None:
     _remove(claimed)
 
 
+def _same_export(entry: Path) -> list[Path]:
+    """Everything in the cache folder for `entry`'s export: entries of any key, and temps."""
+    prefix = entry.name.rsplit("-", 1)[0]
+    return list(entry.parent.glob(f"{prefix}-*"))
+
+
 def _drop_older(current: Path) -> None:
     """Remove this export's entries for other keys (an older export, CPU, runtime, format)."""
-    prefix = current.name.rsplit("-", 1)[0]
-    for other in current.parent.glob(f"{prefix}-*"):
+    for other in _same_export(current):
         if other != current and other.suffix != ".tmp":
             _remove(other)
 
 
 def _sweep_stale_temps(entry: Path) -> None:
     """Remove this export's temporary folders whose writers died long ago."""
-    prefix = entry.name.rsplit("-", 1)[0]
     cutoff = time.time() - STALE_TEMP_S
-    for temp in entry.parent.glob(f"{prefix}-*.tmp"):
+    for temp in (p for p in _same_export(entry) if p.suffix == ".tmp"):
         try:
             stale = temp.stat().st_mtime < cutoff
         except OSError:

@@ -101,9 +101,12 @@ def sherpa_missing(args: argparse.Namespace) -> bool:
     setup = server_cli.__doc__ or ""
     if side_env_missing(args.sherpa_python, setup):
         return True
-    if (args.sherpa_examples / "non_streaming_server.py").is_file():
+    absent = peer_servers.missing_examples(args.sherpa_examples)
+    if not absent:
         return False
-    print(f"error: no non_streaming_server.py in {args.sherpa_examples}", file=sys.stderr)
+    print(
+        f"error: {args.sherpa_examples} lacks {', '.join(p.name for p in absent)}", file=sys.stderr
+    )
     print(setup, file=sys.stderr)
     return True
 

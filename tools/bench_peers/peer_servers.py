@@ -38,6 +38,12 @@ def free_port() -> int:
         return port
 
 
+def missing_examples(examples: Path) -> list[Path]:
+    """What sherpa-onnx's server needs from python-api-examples/ and `examples` lacks."""
+    needed = ("non_streaming_server.py", "http_server.py", "web")
+    return [examples / name for name in needed if not (examples / name).exists()]
+
+
 @contextmanager
 def sherpa(
     python: Path, examples: Path, model: Path, tokens: Path, args: tuple[str, ...]
@@ -46,10 +52,10 @@ def sherpa(
 
     `examples` is python-api-examples/ of a sherpa-onnx checkout (the script, its
     http_server.py and web/)."""
+    absent = missing_examples(examples)
+    if absent:
+        raise FileNotFoundError(f"{examples} lacks {', '.join(p.name for p in absent)}")
     script = examples / "non_streaming_server.py"
-    needed = (script, examples / "http_server.py", examples / "web")
-    if not all(path.exists() for path in needed):
-        raise FileNotFoundError(f"{examples} lacks non_streaming_server.py, http_server.py or web/")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as work:
         command = [str(python), str(script), "--sense-voice", str(model), "--tokens", str(tokens)]
