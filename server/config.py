@@ -123,6 +123,9 @@ class LimitsConfig:
     # at once (each holds a spooled file and a session; more wait with 429).
     max_upload_bytes: int = 512 * 2**20
     max_uploads: int = 4
+    # One upload's audio: a small FLAC of hours of silence would hold a VAD (and the GIL)
+    # for hours. Checked from the container's header, else while decoding (413).
+    max_upload_seconds: float = 4 * 3600.0
     # Followers (/v1/streams/{id}/events): in all, waiting ones included, and the finals
     # each live stream keeps for a follower that joins late.
     max_followers: int = 256
@@ -134,6 +137,8 @@ class LimitsConfig:
             raise ValueError("max_followers must be >= 1 and stream_backlog >= 0")
         if self.max_upload_bytes < 1024 or self.max_uploads < 1:
             raise ValueError("max_upload_bytes must be >= 1024 and max_uploads >= 1")
+        if not self.max_upload_seconds > 0:
+            raise ValueError("max_upload_seconds must be positive")
         if self.max_sessions < 1 or self.max_sessions_per_ip < 1 or self.max_pending_events < 1:
             raise ValueError("max_sessions, max_sessions_per_ip and max_pending_events >= 1")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 1024:

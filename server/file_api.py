@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from server.http import json_response, response
 from server.transcriptions import FileAudio, FileJob
@@ -43,6 +44,50 @@ def api_error(error: FileApiError) -> Response:
     # Retrying the same upload cannot help with these; the SDK honours this header.
     retry = "true" if error.status in (429, 503) else "false"
     return json_response(error.status, error.body(), {"x-should-retry": retry})
+
+
+class UploadSlot:
+    """One running transcription's place under `max_uploads`, and what it holds open:
+    the spooled upload, its decoder and its engine session. Released exactly once."""
+
+    def __init__(self, api: FileApi) -> None:
+        self._api = api
+        api._running += 1
+        self.upload: Upload | None = None
+        self.audio: FileAudio | None = None
+        self.runner: FileJob | None = None
+        self._released = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._api._running -= 1
+        if self.runner is not None:
+            self.runner.close()
+        if self.audio is not None:
+            self.audio.close()
+        if self.upload is not None:
+            self.upload.close()
+
+
+class SlotStream(StreamingResponse):
+    """An SSE answer that releases its upload's slot however the response ends, even
+    when its body is never iterated (a client gone before the first byte)."""
+
+    def __init__(
+        self, events: AsyncGenerator[str, None], slot: UploadSlot, media_type: str
+    ) -> None:
+        super().__init__(events, media_type=media_type)
+        self._events = events
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()
+            await self._events.aclose()
 
 
 class FileApi:
@@ -74,46 +119,48 @@ class FileApi:
         if self._running >= limits.max_uploads:
             message = f"the server is running its limit of {limits.max_uploads} transcriptions"
             return api_error(FileApiError(429, message, code="rate_limit_exceeded"))
-        self._running += 1
-        upload: Upload | None = None
+        slot = UploadSlot(self)
+        handed_over = False
         try:
-            upload = await read_upload(
+            answer = await self._transcribe(request, slot)
+            handed_over = isinstance(answer, SlotStream)  # it releases the slot itself
+            return answer
+        finally:
+            # Every other way out (a refusal, an answer, a client gone mid-upload,
+            # cancellation, a fault) frees the slot here.
+            if not handed_over:
+                slot.release()
+
+    async def _transcribe(self, request: Request, slot: UploadSlot) -> Response:
+        """Read, decode and answer one upload; the slot holds what it opens."""
+        limits = self.app.config.limits
+        try:
+            slot.upload = await read_upload(
                 request.headers.get("content-type", ""),
                 request.headers.get("content-length"),
                 request.stream(),
                 limits.max_upload_bytes,
             )
-            job = parse_fields(upload.fields)
-            audio = await asyncio.to_thread(FileAudio, upload.audio_file())
+            job = parse_fields(slot.upload.fields)
+            audio_file = slot.upload.audio_file()
+            slot.audio = await asyncio.to_thread(FileAudio, audio_file, limits.max_upload_seconds)
+            slot.runner = runner = self._runner(slot.audio)
         except FileApiError as exc:
-            self._running -= 1
-            if upload is not None:
-                upload.close()
             return api_error(exc)
-        return await self._answer(upload, audio, job)
-
-    async def _answer(self, upload: Upload, audio: FileAudio, job: TranscriptionJob) -> Response:
-        """Run the job; the upload, the decoder and the slot are released when it ends."""
-        try:
-            runner = self._runner(audio)
-        except FileApiError as exc:
-            self._release(audio, upload)
-            return api_error(exc)
+        duration_s = slot.audio.info.duration_s
         if job.stream:
-            events = self._events(runner, job, audio, upload)
-            return StreamingResponse(events, media_type="text/event-stream")
+            events = self._events(runner, job, duration_s)
+            return SlotStream(events, slot, media_type="text/event-stream")
         try:
             finals = [final async for final in runner.finals(job)]
         except FileApiError as exc:
             return api_error(exc)
-        finally:
-            self._release(audio, upload)
-        content_type, body = render(job, finals, audio.info.duration_s)
+        content_type, body = render(job, finals, duration_s)
         return response(200, body.encode(), content_type)
 
     async def _events(
-        self, runner: FileJob, job: TranscriptionJob, audio: FileAudio, upload: Upload
-    ) -> AsyncIterator[str]:
+        self, runner: FileJob, job: TranscriptionJob, duration_s: float
+    ) -> AsyncGenerator[str, None]:
         finals: list[Final] = []
         try:
             async for final in runner.finals(job):
@@ -121,22 +168,15 @@ class FileApi:
                     prefix = " " if finals else ""
                     finals.append(final)
                     yield sse_delta(prefix + final.transcript.text)
-            yield sse_done(full_text(finals), audio.info.duration_s)
+            yield sse_done(full_text(finals), duration_s)
         except FileApiError as exc:
             yield sse_error(exc)
-        finally:
-            self._release(audio, upload)
 
     def _runner(self, audio: FileAudio) -> FileJob:
         app = self.app
         if app.engine is None or app.vad is None or app.report is None:
             raise FileApiError(503, "the server is not ready")
         return FileJob(app.engine, app.vad, app.session_config(), audio)
-
-    def _release(self, audio: FileAudio, upload: Upload) -> None:
-        audio.close()
-        upload.close()
-        self._running -= 1
 
     def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
         app = self.app

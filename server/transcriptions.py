@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from streaming.vad_types import VadModel
 log = logging.getLogger("sensestream.transcriptions")
 
 CHUNK_S = 2.0  # audio handed to the session per step
+UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's SF_COUNT_MAX
 MAX_OWED = 4  # finals in flight before feeding pauses
 
 
@@ -42,25 +44,48 @@ class AudioInfo:
 
 
 class FileAudio:
-    """Decodes an uploaded file to float32 16 kHz mono in chunks (libsndfile + soxr)."""
+    """Decodes an uploaded file to float32 16 kHz mono in chunks (libsndfile + soxr).
 
-    def __init__(self, file: IO[bytes]) -> None:
+    Audio longer than `max_s` is refused: before decoding when the container states its
+    length, else by the chunk that passes it (`FileApiError` 413 either way).
+    """
+
+    def __init__(self, file: IO[bytes], max_s: float = float("inf")) -> None:
         try:
             self._sf = sf.SoundFile(file)
         except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
             raise FileApiError(415, f"cannot decode the audio file: {exc}", "file") from exc
         rate = self._sf.samplerate
-        self.info = AudioInfo(self._sf.frames / rate, rate, self._sf.channels)
+        # libsndfile says SF_COUNT_MAX for a length the container leaves open (a FLAC
+        # written as a stream): then only the decoded chunks count.
+        frames = self._sf.frames if self._sf.frames < UNKNOWN_FRAMES else 0
+        self.info = AudioInfo(frames / rate, rate, self._sf.channels)
+        self._max_frames = max_s * rate
+        # A read runs on a worker thread; close may come from the loop meanwhile (a client
+        # gone): libsndfile must never close a file under a read.
+        self._lock = threading.Lock()
+        self._read_frames = 0
         self._ended = False
         self._resampler: Any = None
+        if self.info.duration_s > max_s:
+            self._sf.close()
+            raise too_long(max_s)
         if rate != SAMPLE_RATE:
             self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
 
     def read(self) -> np.ndarray | None:
-        """The next chunk at 16 kHz, or None at the end."""
-        if self._ended:
-            return None
-        block = self._sf.read(int(CHUNK_S * self.info.sample_rate), "float32", always_2d=True)
+        """The next chunk at 16 kHz, or None at the end (or once closed)."""
+        with self._lock:
+            if self._ended or self._sf.closed:
+                return None
+            frames = int(CHUNK_S * self.info.sample_rate)
+            try:
+                block = self._sf.read(frames, "float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError) as exc:
+                raise FileApiError(415, f"cannot decode the audio file: {exc}", "file") from exc
+        self._read_frames += len(block)
+        if self._read_frames > self._max_frames:  # a header that understated the length
+            raise too_long(self._max_frames / self.info.sample_rate)
         last = len(block) == 0
         mono = block.mean(axis=1, dtype=np.float32) if len(block) else np.zeros(0, np.float32)
         if self._resampler is not None:
@@ -71,7 +96,13 @@ class FileAudio:
         return np.ascontiguousarray(mono, dtype=np.float32)
 
     def close(self) -> None:
-        self._sf.close()
+        with self._lock:
+            self._sf.close()
+
+
+def too_long(max_s: float) -> FileApiError:
+    message = f"the audio is over this server's {max_s:g} s limit (--max-upload-seconds)"
+    return FileApiError(413, message, "file", code="audio_too_long")
 
 
 def file_session_config(live: SessionConfig) -> SessionConfig:
@@ -95,6 +126,13 @@ class FileJob:
         self._room = asyncio.Event()  # set while fewer than MAX_OWED finals are owed
         self._room.set()
         self._out: asyncio.Queue[Final | Failed | Ended] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def close(self) -> None:
+        """Stop feeding and decoding, and forget the engine session (safe to repeat)."""
+        for task in self._tasks:
+            task.cancel()
+        self.engine.cancel(self.session.session_id)
 
     async def finals(self, job: TranscriptionJob) -> AsyncIterator[Final]:
         """Yield the file's finals in order; raises FileApiError if an utterance fails."""
@@ -103,6 +141,7 @@ class FileJob:
         )
         feeder = asyncio.create_task(self._feed(options))
         collector = asyncio.create_task(self._collect())
+        self._tasks = [feeder, collector]
         try:
             while True:
                 event = await self._next(feeder)

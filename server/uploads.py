@@ -117,6 +117,18 @@ async def read_upload(
     if content_length is not None and content_length.isdigit() and int(content_length) > limit:
         raise FileApiError(413, f"the upload is over the {limit >> 20} MiB limit", "file")
     upload = Upload()
+    complete = False
+    try:
+        await _parse(upload, boundary, body, limit)
+        complete = True
+    finally:
+        # A refusal, a client gone mid-body or a cancellation: the spool goes with it.
+        if not complete:
+            upload.close()
+    return upload
+
+
+async def _parse(upload: Upload, boundary: bytes, body: AsyncIterator[bytes], limit: int) -> None:
     reader = _Reader(upload)
     parser = MultipartParser(boundary, reader.callbacks())  # type: ignore[arg-type]
     received = 0
@@ -128,13 +140,7 @@ async def read_upload(
             parser.write(chunk)
         parser.finalize()
     except MultipartParseError as exc:
-        upload.close()
         raise FileApiError(400, f"malformed multipart body: {exc}") from exc
-    except FileApiError:
-        upload.close()
-        raise
     if upload.file is None or upload.file_bytes == 0:
-        upload.close()
         raise FileApiError(400, "the form has no audio file", "file")
     upload.file.seek(0)
-    return upload
