@@ -105,6 +105,8 @@ class Connection:
         self._dropping: asyncio.Task[None] | None = None
         self._drop_grace: asyncio.Timeout | None = None  # while a drop waits for the client
         self._drop_started = 0.0
+        # Set after every step of the session: what may have let it accept audio again.
+        self._stepped = asyncio.Event()
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects; always clean up."""
@@ -153,6 +155,7 @@ class Connection:
         """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
         self._going_away = True
         self._draining.set()
+        self._stepped.set()
         if not self._finishing:  # a session that is already ending has nothing to drain
             self._step(lambda: self.session.end_of_stream(self._loop.time()))
         await self._done.wait()
@@ -162,6 +165,7 @@ class Connection:
 
     async def _read(self) -> None:
         while True:
+            await self._until_accepting()
             # Idle clients are timed out; once stopped, the client only waits for finals.
             idle = self.session.stopped or self._dropping is not None
             timeout = None if idle else self._idle_timeout_s
@@ -182,6 +186,24 @@ class Connection:
                 self._vad_pump.notify(self)
             if not ok and self._dropping is None:
                 return  # a client error: the session sends what it owes, then closes
+
+    async def _until_accepting(self) -> None:
+        """Backpressure: the client's frames stay in its socket, so TCP slows the sender,
+        until its pace allows the next (a timer to the bucket's deadline) and its session
+        can take more audio (woken by each step that may have made room)."""
+        while not self._reading_freely():
+            delay = self.session.resume_at - self._loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if self.session.accepting:
+                return
+            self._stepped.clear()
+            await self._stepped.wait()
+
+    def _reading_freely(self) -> bool:
+        """Nothing more will be decoded: frames are read only to see the client close."""
+        return self.session.stopped or self._going_away or self._dropping is not None
 
     def take_vad_job(self) -> VadJob | None:
         """The session's VAD work for the pump (none once the session is going)."""
@@ -224,6 +246,7 @@ class Connection:
         """
         if self._dropping is not None or self._finishing:
             return False
+        self._stepped.set()  # the reader rechecks whether the session takes audio again
         try:
             try:
                 feed()
@@ -362,6 +385,7 @@ class Connection:
                 task.cancel()
         self._lost = ErrorEvent(code, message)
         self._settled.set()
+        self._stepped.set()
         self._dropping = self._loop.create_task(self._drop(self._lost, close_code), name="drop")
 
     def _extend_drop_grace(self) -> None:

@@ -3,7 +3,8 @@
 An upload is decoded in a worker thread, fed to an ordinary `Session` (VAD cuts it into
 utterances), and its finals are decoded by the shared engine as background requests,
 which only run when no live partial or final waits. Feeding stops while a few finals are
-owed, so a long recording holds little memory and never floods the queue.
+owed (the session's backpressure, as for live clients), so a long recording holds little
+memory and never floods the queue.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ log = logging.getLogger("sensestream.transcriptions")
 
 CHUNK_S = 2.0  # audio handed to the session per step
 UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's SF_COUNT_MAX
-MAX_OWED = 4  # finals in flight before feeding pauses
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class FileJob:
         self.session = Session(f"file-{uuid.uuid4().hex[:12]}", file_session_config(config), vad)
         self._channel = engine.open_session(self.session.session_id)
         self._lock = asyncio.Lock()  # the session is touched by one step at a time
-        self._room = asyncio.Event()  # set while fewer than MAX_OWED finals are owed
+        self._room = asyncio.Event()  # set while the session takes more audio (`accepting`)
         self._room.set()
         self._out: asyncio.Queue[Final | Failed | Ended] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -196,7 +196,7 @@ class FileJob:
         for event in self.session.events_to_send():
             if isinstance(event, Final | Failed | Ended):
                 self._out.put_nowait(event)
-        if self.session.owed_finals >= MAX_OWED:
-            self._room.clear()
-        else:
+        if self.session.accepting:
             self._room.set()
+        else:
+            self._room.clear()

@@ -145,6 +145,15 @@ class ChannelGroup:
     def owed_finals(self) -> int:
         return sum(s.owed_finals for s in self.channels)
 
+    @property
+    def accepting(self) -> bool:
+        """The next frame feeds every channel: it is read once each can take it."""
+        return all(s.accepting for s in self.channels)
+
+    @property
+    def resume_at(self) -> float:
+        return max(s.resume_at for s in self.channels)
+
     def _configure(self, command: Configure, now: float) -> None:
         fmt = command.audio
         if fmt.channels != len(self.channels):

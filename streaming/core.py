@@ -50,6 +50,12 @@ class StreamSession(Protocol):
     @property
     def owed_finals(self) -> int: ...
 
+    @property
+    def accepting(self) -> bool: ...
+
+    @property
+    def resume_at(self) -> float: ...
+
     def take_vad_job(self) -> VadJob | None: ...
 
     def apply_vad(self, job: VadJob, steps: tuple[VadStep, ...], now: float) -> None: ...
@@ -116,6 +122,16 @@ class SessionCore:
     @property
     def owed_finals(self) -> int:
         return 0 if self._core is None else self._core.owed_finals
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the client's next frame may be read (backpressure when not)."""
+        return self._core is None or self._core.accepting
+
+    @property
+    def resume_at(self) -> float:
+        """When the client's pace allows its next frame to be read."""
+        return float("-inf") if self._core is None else self._core.resume_at
 
     def take_vad_job(self) -> VadJob | None:
         """A single stream's VAD work (channel groups judge theirs inline)."""

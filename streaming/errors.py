@@ -79,13 +79,6 @@ class FrameTooLargeError(ProtocolError):
     close_code = CLOSE_MESSAGE_TOO_BIG
 
 
-class RateExceededError(ProtocolError):
-    """Audio arriving faster than the allowed multiple of real time."""
-
-    code = "rate_exceeded"
-    close_code = CLOSE_POLICY_VIOLATION
-
-
 class SessionLimitError(ProtocolError):
     """The session ran past its maximum duration, or sent nothing for too long."""
 

@@ -1,11 +1,16 @@
-"""Per-session limits: frame sizes, audio rate (a token bucket), and session duration."""
+"""Per-session limits: frame sizes, audio pace (a token bucket), and session duration.
+
+Audio faster than its pace is never an error: the bucket says when the client's next
+frame may be read, and the server leaves it in the socket until then (TCP slows the
+sender). Only a session past its length is refused.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.types import SAMPLE_RATE
-from streaming.errors import FrameTooLargeError, RateExceededError, SessionLimitError
+from streaming.errors import FrameTooLargeError, SessionLimitError
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +57,16 @@ class RateMeter:
         return meter
 
     def admit(self, samples: int, now: float) -> None:
-        """Count `samples` of 16 kHz audio received at `now`; raise when over the limits."""
+        """Count `samples` of 16 kHz audio received at `now`; raise past the session's length."""
         if self._first is None:
             self._first = now
-        elapsed = now - self._first
-        if elapsed > self._max_session:
+        if now - self._first > self._max_session:
             raise SessionLimitError(f"session exceeded its {self._max_session:.0f} s limit")
         self._audio_s += samples / SAMPLE_RATE
-        allowed = self._burst + self._rate * elapsed
-        if self._audio_s > allowed:
-            raise RateExceededError(
-                f"{self._audio_s:.1f} s of audio in {elapsed:.1f} s is over {self._rate:g}x real "
-                f'time; send {{"pace": "replay"}} in start to replay files faster'
-            )
+
+    @property
+    def resume_at(self) -> float:
+        """When the audio counted so far fits the bucket: no more is read before then."""
+        if self._first is None:
+            return float("-inf")
+        return self._first + (self._audio_s - self._burst) / self._rate

@@ -81,14 +81,29 @@ class SessionConfig:
     # The server runs the VAD off its event loop (`streaming.vad_jobs`): audio only fills
     # the ring until `take_vad_job()` hands its whole blocks out.
     defer_vad: bool = False
+    # Backpressure: the client's next frame waits while this many of its finals are in
+    # the engine, so a fast sender's utterances queue a few at a time beside live ones.
+    max_owed_finals: int = 4
+    # A deferred VAD job's most blocks: the VAD thread is shared by audio seconds, so a
+    # fast sender's backlog takes turns with live streams' blocks instead of going first.
+    max_job_blocks: int = 10
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
             raise ValueError("early_final_ms must be >= 0")
+        if self.buffer_margin_ms < 2 * self.block_ms:
+            raise ValueError("buffer_margin_ms must hold at least two blocks")
+        if self.max_owed_finals < 1 or self.max_job_blocks < 1:
+            raise ValueError("max_owed_finals and max_job_blocks must be >= 1")
 
     @property
     def block_samples(self) -> int:
         return self.block_ms * SAMPLE_RATE // 1000
+
+    @property
+    def margin_samples(self) -> int:
+        """Audio the ring holds beyond the longest utterance: room for audio not yet judged."""
+        return self.buffer_margin_ms * SAMPLE_RATE // 1000
 
     @property
     def buffer_samples(self) -> int:
@@ -164,6 +179,9 @@ class Session:
         # Commands that came while a VAD job was out, applied in order once it is back.
         self._deferred: deque[Callable[[float], None]] = deque()
         self._pending_end: int | None = None  # the detector's, after the last block
+        # Decoded audio the ring has no room for yet (the VAD is behind): at most what one
+        # frame held, as the client is not read again until it is gone (`accepting`).
+        self._held: deque[np.ndarray] = deque()
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -262,12 +280,12 @@ class Session:
 
     def take_vad_job(self) -> VadJob | None:
         """The whole blocks not yet judged, for the detector (None: nothing, or one is out)."""
-        if not self._config.defer_vad or self._waiting_for_vad:
+        if not self._config.defer_vad or self._vad_job is not None:
             return None
         if not self._options.turns.vad or self._stopped:
             return None
         block = self._config.block_samples
-        whole = (self._ring.end - self._fed) // block
+        whole = min((self._ring.end - self._fed) // block, self._config.max_job_blocks)
         if whole == 0:
             return None
         ends = range(self._fed + block, self._fed + (whole + 1) * block, block)
@@ -282,6 +300,7 @@ class Session:
         self._vad_job = None
         for step in steps:
             self._apply_step(step, now, final=False)
+        self._take_held(now, inline=False)  # the judged blocks made room
 
     @property
     def _waiting_for_vad(self) -> bool:
@@ -290,8 +309,31 @@ class Session:
 
     @property
     def has_deferred(self) -> bool:
-        """Commands wait for `resume` (a VAD job came back since they arrived)."""
-        return self._vad_job is None and bool(self._deferred)
+        """Commands wait for `resume`: no VAD job is out and the audio before them has been
+        judged (all but a partial block), so applying them runs no VAD on the caller."""
+        if self._vad_job is not None or not self._deferred:
+            return False
+        return not self._held and self._ring.end - self._fed < self._config.block_samples
+
+    # ---- backpressure ---------------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the client's next frame may be read now (False: leave it in the socket).
+
+        Not while audio waits for room in the ring or commands wait for the VAD, nor while
+        the VAD is half a margin behind or `max_owed_finals` finals are in the engine.
+        """
+        if self._held or self._deferred:
+            return False
+        if len(self._owed) >= self._config.max_owed_finals:
+            return False
+        return self._ring.end - self._fed <= self._config.margin_samples // 2
+
+    @property
+    def resume_at(self) -> float:
+        """The time before which the client's next frame is not read: its pace's bucket."""
+        return self._meter.resume_at
 
     def resume(self, now: float) -> None:
         """Apply the oldest deferred command; raises what `handle` would have raised."""
@@ -402,8 +444,30 @@ class Session:
             self._announce(Configure())
         samples = decoder.decode(data)
         self._meter.admit(len(samples), now)
-        self._ring.write(samples)
-        self._run_blocks(now)
+        self._held.append(samples)
+        self._take_held(now, inline=not self._defers_vad)
+
+    @property
+    def _defers_vad(self) -> bool:
+        return self._config.defer_vad and self._options.turns.vad and not self._stopped
+
+    def _take_held(self, now: float, inline: bool) -> None:
+        """Held audio into the ring as far as it has room, never over audio not yet judged.
+
+        Inline, each piece is judged before the next is written, so a frame of any length
+        fits; deferred, what has no room waits for the VAD job that makes it.
+        """
+        while self._held:
+            room = self._config.margin_samples - (self._ring.end - self._fed)
+            if room <= 0:
+                return
+            samples = self._held.popleft()
+            if len(samples) > room:
+                self._held.appendleft(samples[room:])
+                samples = samples[:room]
+            self._ring.write(samples)
+            if inline:
+                self._run_blocks_inline(now)
 
     def _commit(self, now: float) -> None:
         self._flush_audio(now, final=False)
@@ -427,15 +491,11 @@ class Session:
     def _flush_audio(self, now: float, final: bool) -> None:
         """Hand every buffered sample to the VAD, the last partial block included."""
         if final and self._decoder is not None:
-            self._ring.write(self._decoder.flush())
+            self._held.append(self._decoder.flush())
         self._run_blocks_inline(now)  # whole blocks a deferred VAD has not had yet
+        self._take_held(now, inline=True)
         if self._ring.end > self._fed or final:
             self._feed_vad(self._ring.end, now, final=final)
-
-    def _run_blocks(self, now: float) -> None:
-        if self._config.defer_vad and self._options.turns.vad and not self._stopped:
-            return  # whole blocks wait for take_vad_job()
-        self._run_blocks_inline(now)
 
     def _run_blocks_inline(self, now: float) -> None:
         block = self._config.block_samples

@@ -81,8 +81,8 @@ CLIENT_CLOSE_GRACE_S: Final = 5.0
 #: resampler and VAD run on the fill in one step of the event loop, ~13 ms of one core per
 #: second of stereo (FSMN VAD, a 2-vCPU Xeon), so a fill holds the loop ~40 ms. Beyond it
 #: the gap is skipped, and transcript offsets still count it (see the timeline). Fill is
-#: audio to the session's rate limit (2x real time and a 5 s burst by default), so a
-#: client repeating `discarded` is stopped as one sending audio too fast would be.
+#: audio to the session's pace (2x real time and a 5 s burst by default), so a client
+#: repeating `discarded` is paced as one sending audio too fast would be.
 MAX_FILL_S: Final = 3
 #: The longest `info` a `disconnect` carries: an error may quote a long client value.
 MAX_INFO_CHARS: Final = 1000

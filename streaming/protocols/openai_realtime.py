@@ -28,7 +28,6 @@ from streaming.errors import (
     InvalidAudioError,
     MalformedMessageError,
     ProtocolError,
-    RateExceededError,
     ServerFullError,
     SessionLimitError,
     UnknownMessageTypeError,
@@ -67,14 +66,13 @@ from streaming.protocols.openai_session import (
 MAX_AUDIO_CHARS = 15 * 1024 * 1024
 #: Room for the JSON around that audio: the library's cap is the sum.
 MESSAGE_OVERHEAD = 64 * 1024
-FATAL_ERRORS = (FrameTooLargeError, RateExceededError, SessionLimitError, ServerFullError)
+FATAL_ERRORS = (FrameTooLargeError, SessionLimitError, ServerFullError)
 #: OpenAI's `error.code` for the session core's codes that have a counterpart.
 OPENAI_CODES: Mapping[str, str] = {
     MalformedMessageError.code: "invalid_json",
     UnknownMessageTypeError.code: "invalid_value",
     EmptyCommitError.code: "input_audio_buffer_commit_empty",
     InvalidAudioError.code: "invalid_value",
-    RateExceededError.code: "rate_limit_exceeded",
 }
 SERVER_FAULTS = frozenset({"internal_error", ServerFullError.code, "slow_client"})
 CLIENT_EVENTS = (
@@ -138,7 +136,6 @@ class OpenAIRealtimeCodec:
         self._updates: deque[tuple[Dialect, RealtimeSettings]] = deque()
         self._commits: deque[str | None] = deque(maxlen=1024)
         self._errors: deque[_ErrorNote] = deque(maxlen=64)
-        self._last_event_id: str | None = None
         self._announced = False
         self._vad = True
         self._sent: dict[int, str] = {}  # per utterance, the text its deltas carried
@@ -171,7 +168,6 @@ class OpenAIRealtimeCodec:
             event = _parse(message)
             raw_id = event.get("event_id")
             event_id = None if raw_id is None else text(raw_id, "event_id")
-            self._last_event_id = event_id
             return self._dispatch(event, event_id)
         except ProtocolError as exc:
             self._errors.append(_note(exc, event_id))
@@ -368,8 +364,6 @@ class OpenAIRealtimeCodec:
         event_id = None
         if event.code == EmptyCommitError.code and self._commits:
             event_id = self._commits.popleft()
-        elif event.code == RateExceededError.code:
-            event_id = self._last_event_id  # a fatal error: no client event came after it
         openai_code = OPENAI_CODES.get(event.code, event.code)
         return _ErrorNote(event.code, event.message, openai_code, None, event_id)
 

@@ -189,6 +189,36 @@ def test_ga_server_vad_transcripts_equal_v1_finals(
     check_items(events)
 
 
+def test_a_recording_appended_in_one_burst_gets_every_transcript(
+    server: ServerProcess, two_sentences: np.ndarray
+) -> None:
+    # As OpenAI's own examples send a file: every piece appended at once, no pacing and no
+    # `pace` field (OpenAI's clients have none). The server reads the pieces as its pace
+    # allows (TCP holds the rest) instead of refusing them as too fast.
+    data = PCM16.encode(np.concatenate([two_sentences] * 2))  # about 17 s
+    expected = reference(server, PCM16, np.concatenate([two_sentences] * 2))
+    assert len(expected) == 4
+
+    async def scenario() -> list[Any]:
+        realtime = client(server).realtime
+        async with realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            audio_input = {"format": PCM16.ga, "transcription": {"model": "x", "language": "en"}}
+            await conn.session.update(
+                session={"type": "transcription", "audio": {"input": audio_input}}
+            )
+            step = PCM16.bytes_per_s // 10
+            for offset in range(0, len(data), step):
+                piece = base64.b64encode(data[offset : offset + step]).decode()
+                await conn.input_audio_buffer.append(audio=piece)
+            return await collect(
+                conn, lambda events: completed(len(expected))(events) or bool(of(events, "error"))
+            )
+
+    events = run(scenario())
+    assert of(events, "error") == []
+    assert [f.transcript for f in of(events, COMPLETED)] == [e["text"] for e in expected]
+
+
 @pytest.fixture(scope="module")
 def recognizer(tiny_model_dir: Path) -> Recognizer:
     model_dir = load_model_dir(tiny_model_dir)

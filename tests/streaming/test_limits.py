@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.errors import FrameTooLargeError, RateExceededError, SessionLimitError
+from streaming.errors import FrameTooLargeError, SessionLimitError
+from streaming.events import ErrorEvent
 from streaming.limits import RateMeter, SessionLimits
 from streaming.session import Session, SessionConfig
 from tests.streaming.fakes import EnergyVadModel, V1Session
@@ -12,13 +13,16 @@ from tests.streaming.fakes import EnergyVadModel, V1Session
 SECOND = 16000
 
 
-def test_live_rate_allows_real_time_and_a_burst_but_not_more() -> None:
+def test_the_pace_says_when_the_next_frame_may_be_read() -> None:
     meter = RateMeter(rate=2.0, burst_s=5.0, max_session_s=100.0)
-    for i in range(50):  # 5 s of audio at real time
+    for i in range(50):  # 5 s of audio at real time: always within the bucket
         meter.admit(SECOND // 10, now=i * 0.1)
-    meter.admit(5 * SECOND, now=5.0)  # a 5 s burst on top is fine
-    with pytest.raises(RateExceededError, match="replay"):
-        meter.admit(10 * SECOND, now=5.1)
+        assert meter.resume_at <= i * 0.1
+    meter.admit(5 * SECOND, now=5.0)  # a 5 s burst on top is within it too
+    assert meter.resume_at <= 5.0
+    meter.admit(10 * SECOND, now=5.1)  # 10 s more: never refused, the reader waits
+    # 20 s counted, 5 s of burst: the rest at 2x real time from the first frame, at 0.
+    assert meter.resume_at == pytest.approx(7.5)
 
 
 def test_session_duration_limit() -> None:
@@ -42,22 +46,19 @@ def session(limits: SessionLimits) -> Session:
     return V1Session(Session("s", SessionConfig(limits=limits), EnergyVadModel()), limits)
 
 
-def test_session_enforces_rate_by_pace() -> None:
+def test_session_paces_by_its_pace_never_refusing_audio() -> None:
     limits = SessionLimits(max_rate=2.0, max_replay_rate=50.0, burst_s=1.0)
     frame = b"\x00\x00" * SECOND  # one second of s16le
     live = session(limits)
     live.receive_audio(frame, now=0.0)
-    with pytest.raises(RateExceededError):
-        live.receive_audio(frame, now=0.1)
+    live.receive_audio(frame, now=0.1)  # over 2x real time: taken, then paced
+    assert live.resume_at == pytest.approx(0.5)  # (2 s - no burst yet) / 2x
     replay = session(limits)
     replay.receive_text('{"type":"start","pace":"replay"}', now=0.0)
-    for i in range(20):
-        replay.receive_audio(frame, now=i * 0.05)  # 20x real time
-    with pytest.raises(RateExceededError):
-        for _ in range(40):  # 40 s more within the same second: over 50x
-            replay.receive_audio(frame, now=1.0)
-
-
+    for _ in range(41):
+        replay.receive_audio(frame, now=0.0)  # 41 s at once
+    assert replay.resume_at == pytest.approx((41 - 1) / 50)
+    assert not any(isinstance(e, ErrorEvent) for e in replay.events_to_send())
 def test_session_rejects_oversized_frames_before_decoding() -> None:
     s = session(SessionLimits(max_frame_bytes=2048, max_text_bytes=300))
     with pytest.raises(FrameTooLargeError):

@@ -759,17 +759,22 @@ def test_discarded_audio_is_filled_too() -> None:
     disconnected(link, "discarded: discarded must be a duration")
 
 
-def test_repeated_discards_are_held_to_the_sessions_audio_rate() -> None:
+def test_repeated_discards_are_held_to_the_sessions_audio_pace() -> None:
     # Fill is audio to the session's meter (2x real time and a 5 s burst here), so a client
-    # repeating `discarded` is stopped as one sending audio too fast; the meter refuses the
-    # second before the VAD runs on it.
+    # repeating `discarded` is paced as one sending audio too fast: its next message is
+    # not read before the meter allows (the connection waits for `resume_at`).
     link = opened_link()
     link.audio(stereo_call([], [], 1.0))  # first audio at 0.1 s, now 1.0 s
     link.send("discarded", start="PT1S", discarded="PT100S")
     assert len(link.audio_sent()) == 2 * RATE * (1 + MAX_FILL_S) and link.close_code is None
+    assert link.core.resume_at <= link.now  # 4 s in 0.9 s: within the 5 s burst
     link.send("discarded", start="PT101S", discarded="PT100S")  # 7 s of audio in 0.9 s
-    disconnected(link, "over 2x real time")
-    assert len(link.audio_sent()) == 2 * RATE * (1 + 2 * MAX_FILL_S)  # handed on, refused
+    assert link.close_code is None and "disconnect" not in link.kinds
+    assert len(link.audio_sent()) == 2 * RATE * (1 + 2 * MAX_FILL_S)
+    # 7 s counted from 0.1 s (less the resampler's delay), 5 s of burst: the rest at 2x,
+    # so the next message is not read before about 1.1 s, after now.
+    assert link.core.resume_at > link.now
+    assert link.core.resume_at == pytest.approx(0.1 + (7 - 5) / 2, abs=0.05)
 
 
 def test_resumed_needs_its_durations() -> None:

@@ -22,7 +22,6 @@ from streaming.errors import (
     InvalidAudioError,
     MalformedMessageError,
     ProtocolError,
-    RateExceededError,
     ServerFullError,
     SessionLimitError,
     StateError,
@@ -463,7 +462,6 @@ def test_oversized_audio_is_fatal_with_1009() -> None:
     ("error", "fatal"),
     [
         (FrameTooLargeError("big"), True),
-        (RateExceededError("fast"), True),
         (SessionLimitError("long"), True),
         (ServerFullError("full"), True),
         (EmptyCommitError("empty"), False),
@@ -652,14 +650,6 @@ def test_an_empty_commit_error_names_its_commit() -> None:
         "param": None,
         "event_id": "c2",
     }
-
-
-def test_a_rate_error_names_the_append_that_tripped_it() -> None:
-    c = vad_codec()
-    c.decode(append(b"\x00\x00", event_id="a9"))
-    (error,) = encode(c, ErrorEvent("rate_exceeded", "too fast"))
-    assert error["error"]["code"] == "rate_limit_exceeded"
-    assert error["error"]["event_id"] == "a9"
 
 
 @settings(max_examples=300, deadline=None)

@@ -25,7 +25,7 @@ from streaming.errors import (
     InvalidFieldError,
     MalformedMessageError,
     ProtocolError,
-    RateExceededError,
+    SessionLimitError,
     StateError,
     UnauthorizedError,
     UnknownMessageTypeError,
@@ -368,7 +368,7 @@ def test_a_bad_message_after_start_is_dropped_and_counted(
 def test_errors_the_session_raises_still_end_the_stream() -> None:
     c = started()
     c.decode(media(frames(1)))
-    assert c.is_fatal(RateExceededError("too fast"))
+    assert c.is_fatal(SessionLimitError("session exceeded its 14400 s limit"))
     # An error let pass is forgiven once: the same kind from the session is not.
     error = fails(c, "{", MalformedMessageError)
     assert not c.is_fatal(error) and c.is_fatal(error)
