@@ -59,3 +59,9 @@ class MisroutedError(EngineError, LookupError):
     """A call pinned to one replica reached another: the one it was meant for is gone."""
 
     code = "misrouted"
+
+
+class NoReplicaError(EngineError):
+    """No engine replica is attached, and the requests waiting for one are at their bound."""
+
+    code = "no_replica"

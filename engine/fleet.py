@@ -6,14 +6,27 @@ older one and a cancellation reaches every request the session has queued. Every
 its sessions move to the least-loaded live replica and their owed requests are sent
 again. An answer is taken once, the first to arrive, so a final reaches its session
 exactly once however many replicas were asked.
+
+While no replica is known, requests wait here, within a bound on their audio: a newer
+partial replaces its session's older one, past the bound waiting partials are dropped
+first, and an owed request that still does not fit fails at once with `NoReplicaError`'s
+code (`take_failed` hands those answers over).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.errors import NoReplicaError
 from engine.remote_messages import Tick
-from engine.types import InferenceRequest, InferenceResult, RequestKind
+from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind
+
+#: Seconds of audio that may wait for a replica while a gateway has none. Only sessions
+#: already open add to it (a gateway with no replica is unhealthy, and refuses new ones),
+#: so it needs to outlast a short gap between one replica lost and the next attached, and
+#: no more: it caps what an outage can pile up here at 38 MB (16 kHz float32), about 40
+#: finals of the longest segment (15 s) or 120 of a typical 5 s.
+DEFAULT_HOMELESS_AUDIO_S = 600.0
 
 
 @dataclass
@@ -26,14 +39,19 @@ class _Replica:
 class Fleet:
     """Pins, outboxes and owed requests of one gateway's sessions across replicas."""
 
-    def __init__(self, gateway: str) -> None:
+    def __init__(self, gateway: str, *, homeless_audio_s: float = DEFAULT_HOMELESS_AUDIO_S) -> None:
+        if homeless_audio_s < 0:
+            raise ValueError(f"homeless_audio_s must be >= 0; got {homeless_audio_s}")
         self.gateway = gateway
+        self._homeless_limit = round(homeless_audio_s * SAMPLE_RATE)  # in samples
         self._replicas: dict[str, _Replica] = {}
         self._open: set[str] = set()
         self._pins: dict[str, str] = {}
         self._owed: dict[tuple[str, int], InferenceRequest] = {}
         self._homeless: list[InferenceRequest] = []  # sent once a replica is known
+        self._failed: list[InferenceResult] = []  # owed requests refused: no room to wait
         self.resent = 0  # owed requests handed to another replica after theirs was lost
+        self.partials_dropped = 0  # waiting partials replaced or dropped for room
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -130,10 +148,15 @@ class Fleet:
         self.resent += len(owed)
         return {r for r in map(self._route, owed + unsent) if r is not None}
 
+    def take_failed(self) -> list[InferenceResult]:
+        """The error answers of owed requests refused since the last call, for their sessions."""
+        failed, self._failed = self._failed, []
+        return failed
+
     def _route(self, request: InferenceRequest) -> str | None:
         replica = self._pins.get(request.session_id) or self._least_loaded()
         if replica is None:
-            self._homeless.append(request)
+            self._wait(request)
             return None
         state = self._replicas[replica]
         if request.session_id not in state.sessions:
@@ -141,6 +164,48 @@ class Fleet:
             self._pins[request.session_id] = replica
         state.requests.append(request)
         return replica
+
+    def _wait(self, request: InferenceRequest) -> None:
+        """Keep `request` until a replica is known, if its audio fits within the bound."""
+        # A partial replaces its session's older one, and is dropped if it does not fit;
+        # an owed request makes room by dropping partials, oldest first, or else fails
+        # (dropping none, when all of them would not be room enough).
+        partial = request.kind is RequestKind.PARTIAL
+        if partial:
+            kept = [r for r in self._homeless if not _partial_of(r, request.session_id)]
+            self.partials_dropped += len(self._homeless) - len(kept)
+            self._homeless = kept
+        waiting = sum(r.num_samples for r in self._homeless)
+        over = waiting + request.num_samples - self._homeless_limit
+        droppable = sum(r.num_samples for r in self._homeless if r.kind is RequestKind.PARTIAL)
+        if 0 < over <= droppable and not partial:
+            over -= self._drop_partials(over)
+        if over <= 0:
+            self._homeless.append(request)
+        elif partial:
+            self.partials_dropped += 1
+        else:
+            self._fail(request)
+
+    def _fail(self, request: InferenceRequest) -> None:
+        """Settle an owed request with an error answer: it has no room to wait."""
+        self._owed.pop((request.session_id, request.request_id), None)
+        limit_s = self._homeless_limit / SAMPLE_RATE
+        why = (
+            f"no engine replica is attached, and the wait for one is full ({limit_s:g} s of audio)"
+        )
+        self._failed.append(InferenceResult(request.ref, None, NoReplicaError.code, why))
+
+    def _drop_partials(self, samples: int) -> int:
+        """Drop waiting partials, oldest first, until `samples` are freed; the samples freed."""
+        freed = 0
+        for waiting in [r for r in self._homeless if r.kind is RequestKind.PARTIAL]:
+            if freed >= samples:
+                break
+            self._homeless.remove(waiting)
+            self.partials_dropped += 1
+            freed += waiting.num_samples
+        return freed
 
     def _least_loaded(self) -> str | None:
         if not self._replicas:
@@ -150,3 +215,7 @@ class Fleet:
 
 def _keys_of(requests: list[InferenceRequest], session_id: str) -> set[tuple[str, int]]:
     return {(r.session_id, r.request_id) for r in requests if r.session_id == session_id}
+
+
+def _partial_of(request: InferenceRequest, session_id: str) -> bool:
+    return request.kind is RequestKind.PARTIAL and request.session_id == session_id

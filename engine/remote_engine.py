@@ -7,27 +7,42 @@ and a collector, which keeps one `collect` call waiting for results. A replica t
 call finds gone is dropped and its sessions' owed requests go to another; a discovery
 task finds replicas that join (a replacement, or a scale-out), at once when one is lost
 and every `discover_every_s` otherwise.
+
+A replica is lost when a call to it fails, when a call goes unanswered past its deadline,
+or when either of its tasks ends for any reason at all: a link missing a task would leave
+the replica looking attached while its sessions wait for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from engine.builder import EngineReport
 from engine.client import EngineSnapshot
 from engine.errors import ReplicaLostError
-from engine.fleet import Fleet
+from engine.fleet import DEFAULT_HOMELESS_AUDIO_S, Fleet
 from engine.remote_messages import Collected, Hello, Tick
 from engine.remote_metrics import RemoteMetrics
 from engine.types import InferenceRequest, InferenceResult, RequestKind
 
 log = logging.getLogger("sensestream.engine")
+T = TypeVar("T")
+
+#: Seconds a call to a replica may go unanswered, beyond what it asks the replica to wait
+#: (a collect waits up to `collect_wait_s` for results). A live replica answers a tick in
+#: milliseconds, and a collect as soon as it has a result or its wait ends; an answer
+#: seconds late means a replica hung or out of reach, which the gateway cannot tell from
+#: a dead one. Generous, because a loss moves every session of the replica and resends
+#: their owed audio; far inside the replica's lease (`replica.DEFAULT_LEASE_S`, 60 s), so
+#: the gateway gives up on a replica before the replica gives up on the gateway.
+CALL_DEADLINE_S = 10.0
 
 
 class Transport(Protocol):
@@ -62,11 +77,14 @@ class RemoteEngine:
         gateway_id: str | None = None,
         collect_wait_s: float = 2.0,
         discover_every_s: float = 10.0,
+        call_deadline_s: float = CALL_DEADLINE_S,
+        homeless_audio_s: float = DEFAULT_HOMELESS_AUDIO_S,
     ) -> None:
         self._transport = transport
         self.metrics = metrics or RemoteMetrics()
-        self._fleet = Fleet(gateway_id or uuid.uuid4().hex)
+        self._fleet = Fleet(gateway_id or uuid.uuid4().hex, homeless_audio_s=homeless_audio_s)
         self._collect_wait_s = collect_wait_s
+        self._call_deadline_s = call_deadline_s
         self._discover_every_s = discover_every_s
         self._channels: dict[str, asyncio.Queue[InferenceResult]] = {}
         self._links: dict[str, _Link] = {}
@@ -115,6 +133,8 @@ class RemoteEngine:
 
     @property
     def healthy(self) -> bool:
+        """Discovery runs and a replica is attached (so new sessions are refused whenever
+        requests wait for one: they wait only while none is)."""
         alive = self._task is not None and not self._task.done()
         return alive and bool(self._links)
 
@@ -126,7 +146,9 @@ class RemoteEngine:
             healthy=self.healthy,
         )
         self.metrics.queued.set(snapshot.queued)
-        return snapshot
+        # Partials dropped here, while they waited for a replica, count with the replicas'.
+        dropped = snapshot.partials_dropped + self._fleet.partials_dropped
+        return dataclasses.replace(snapshot, partials_dropped=dropped)
 
     # ---- sessions -----------------------------------------------------------------
 
@@ -142,6 +164,7 @@ class RemoteEngine:
         replica = self._fleet.submit(request)
         if request.kind is not RequestKind.PARTIAL:
             self._settled.clear()
+        self._deliver_failed()
         self._wake(replica)
 
     def cancel(self, session_id: str) -> int:
@@ -160,6 +183,11 @@ class RemoteEngine:
                 hellos = await self._transport.discover(frozenset(self._links))
             except ReplicaLostError as exc:  # one died while answering: ask again soon
                 log.info("discovery: %s", exc)
+                hellos = []
+            # The discovery loop's boundary: were it to end, no replica would ever attach
+            # again, so any failure is logged and the next round tries again.
+            except Exception as exc:  # logged with its traceback (ruff BLE allows it)
+                log.error("discovery failed (%s): %s", type(exc).__name__, exc, exc_info=exc)
                 hellos = []
             for hello in hellos:
                 self._attach(hello)
@@ -182,11 +210,19 @@ class RemoteEngine:
         self._attached.set()
 
     async def _guarded(self, replica: str, job: Callable[[str], Awaitable[None]]) -> None:
+        """Run one of a link's tasks; however it ends (but cancelled), the replica is lost."""
         try:
             await job(replica)
         except ReplicaLostError as exc:
             log.warning("%s; its sessions move to another replica", exc)
-            self._lose(replica)
+        # A link task's boundary: whatever ended it, the link cannot send or collect any
+        # more, so the replica is as good as lost to this gateway.
+        except Exception as exc:  # logged with its traceback (ruff BLE allows it)
+            why = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "link to replica %s failed (%s); its sessions move", replica, why, exc_info=exc
+            )
+        self._lose(replica)
 
     async def _send(self, replica: str) -> None:
         link = self._links[replica]
@@ -196,13 +232,16 @@ class RemoteEngine:
             tick = self._fleet.take(replica)
             if tick:
                 self.metrics.calls.labels("tick").inc()
-                await self._transport.tick(replica, tick)
+                call = self._transport.tick(replica, tick)
+                await _within(self._call_deadline_s, replica, "tick", call)
 
     async def _collect(self, replica: str) -> None:
         link = self._links[replica]
         while True:
             self.metrics.calls.labels("collect").inc()
-            got = await self._transport.collect(replica, self.gateway_id, self._collect_wait_s)
+            wait_s = self._collect_wait_s
+            call = self._transport.collect(replica, self.gateway_id, wait_s)
+            got = await _within(wait_s + self._call_deadline_s, replica, "collect", call)
             link.snapshot = got.snapshot
             for result in self._fleet.accept(replica, got.results):
                 channel = self._channels.get(result.ref.session_id)
@@ -221,6 +260,7 @@ class RemoteEngine:
         before = self._fleet.resent
         for other in self._fleet.lose(replica):
             self._wake(other)
+        self._deliver_failed()  # the last replica gone: owed requests past the bound fail
         self.metrics.lost.inc()
         self.metrics.resent.inc(self._fleet.resent - before)
         self.metrics.replicas.set(len(self._links))
@@ -231,9 +271,33 @@ class RemoteEngine:
         if link is not None:
             link.wake.set()
 
+    def _deliver_failed(self) -> None:
+        """Hand sessions the error answers of owed requests that found no room to wait."""
+        for result in self._fleet.take_failed():
+            self.metrics.failed.labels(result.ref.kind.value).inc()
+            channel = self._channels.get(result.ref.session_id)
+            if channel is not None:
+                channel.put_nowait(result)
+        self._note_settled()
+
     def _note_settled(self) -> None:
         if self._fleet.owed == 0:
             self._settled.set()
+
+
+async def _within(deadline_s: float, replica: str, call: str, answer: Awaitable[T]) -> T:
+    """`answer`, or `ReplicaLostError` when it has not come within `deadline_s`."""
+    # A lost replica rather than failed requests: a tick carries many sessions' requests
+    # and a collect all their results, and whether the replica took the tick is unknown,
+    # which is what failover is for (owed requests are sent again elsewhere, the first
+    # answer is delivered once); failing the requests instead would leave their sessions
+    # pinned to a replica that does not answer.
+    try:
+        async with asyncio.timeout(deadline_s):
+            return await answer
+    except TimeoutError as exc:
+        why = f"no answer to a {call} call within {deadline_s:g} s"
+        raise ReplicaLostError(replica, why) from exc
 
 
 def combine(

@@ -6,7 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class RemoteMetrics:
-    """Replicas answering, calls made, and owed requests sent again after a loss."""
+    """Replicas answering, calls made, owed requests sent again after a loss or failed
+    for want of one."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -24,5 +25,11 @@ class RemoteMetrics:
         self.resent = Counter(
             "engine_remote_resent_requests",
             "Owed requests handed to another replica after theirs was lost",
+            registry=r,
+        )
+        self.failed = Counter(
+            "engine_remote_failed_requests",
+            "Owed requests failed with no replica attached and no room left to wait for one",
+            ["kind"],
             registry=r,
         )

@@ -170,7 +170,9 @@ class LoopbackTransport:
     """A Transport to replicas in this event loop; what it carries is pickled both ways.
 
     `kill` makes a replica gone: every call to it, later or already waiting, raises
-    `ReplicaLostError`, and its engine is closed. `add` brings in another one.
+    `ReplicaLostError`, and its engine is closed. `add` brings in another one. `fail`
+    makes the next call of a kind raise an error of the test's choosing; `stall` makes a
+    replica hang: its calls of a kind never answer, and discovery no longer finds it.
     """
 
     def __init__(self, replicas: Iterable[EngineReplica] = ()) -> None:
@@ -184,6 +186,8 @@ class LoopbackTransport:
         self.calls: Counter[str] = Counter()
         self.calls_to: Counter[tuple[str, str]] = Counter()  # (call, replica)
         self.watch = Watch()
+        self._faults: dict[tuple[str, str], Exception] = {}  # (call, replica): raised once
+        self._stalled: set[tuple[str, str]] = set()  # (call, replica)
         for replica in replicas:
             self.add(replica)
 
@@ -202,6 +206,15 @@ class LoopbackTransport:
         self._joined.set()
         self.watch.poke()
 
+    def fail(self, call: str, replica: str, error: Exception) -> None:
+        """The next `call` ("discover", "tick", "collect") to `replica` ("" for discover)
+        raises `error`."""
+        self._faults[(call, replica)] = error
+
+    def stall(self, call: str, replica: str) -> None:
+        """Every later `call` ("tick" or "collect") to `replica` waits until it is killed."""
+        self._stalled.add((call, replica))
+
     async def kill(self, replica_id: str) -> None:
         replica = self._replicas.pop(replica_id)
         self.killed.append(replica_id)
@@ -216,14 +229,16 @@ class LoopbackTransport:
         while not self._replicas:
             self._joined.clear()
             await self._joined.wait()
+        hung = {replica for _, replica in self._stalled}
         return [
             self._receive(replica.hello())
             for rid, replica in self._replicas.items()
-            if rid not in known
+            if rid not in known and rid not in hung
         ]
 
     async def tick(self, replica: str, tick: Tick) -> None:
         self._count("tick", replica)
+        await self._stall_if_asked("tick", replica)
         target = self._live(replica)
         data = pickle.dumps(tick)
         self.bytes_sent += len(data)
@@ -231,6 +246,7 @@ class LoopbackTransport:
 
     async def collect(self, replica: str, gateway: str, wait_s: float) -> Collected:
         self._count("collect", replica)
+        await self._stall_if_asked("collect", replica)
         target = self._live(replica)
         got = await self._unless_killed(replica, target.collect(gateway, wait_s))
         return self._receive(got)
@@ -245,9 +261,18 @@ class LoopbackTransport:
     # ---- helpers ------------------------------------------------------------------
 
     def _count(self, call: str, replica: str) -> None:
+        """Count a call, and raise the error `fail` set for it, if any."""
         self.calls[call] += 1
         self.calls_to[(call, replica)] += 1
         self.watch.poke()
+        fault = self._faults.pop((call, replica), None)
+        if fault is not None:
+            raise fault
+
+    async def _stall_if_asked(self, call: str, replica: str) -> None:
+        """Wait for ever (until the replica is killed) if `stall` asked it of this call."""
+        if (call, replica) in self._stalled and replica in self._deaths:
+            await self._deaths[replica].wait()
 
     def _live(self, replica: str) -> EngineReplica:
         target = self._replicas.get(replica)

@@ -7,7 +7,14 @@ import pytest
 
 from engine.fleet import Fleet
 from engine.remote_messages import Tick
-from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind, Transcript
+from engine.types import (
+    SAMPLE_RATE,
+    DecodeOptions,
+    InferenceRequest,
+    InferenceResult,
+    RequestKind,
+    Transcript,
+)
 
 FINAL, PARTIAL = RequestKind.FINAL, RequestKind.PARTIAL
 EARLY, BACKGROUND = RequestKind.EARLY, RequestKind.BACKGROUND
@@ -17,6 +24,14 @@ def request(session: str, request_id: int, kind: RequestKind = FINAL) -> Inferen
     audio = np.full(160 * (request_id + 1), request_id, np.float32)
     return InferenceRequest(
         session, request_id // 2, kind, audio, DecodeOptions(), 0.0, request_id=request_id
+    )
+
+
+def sized(session: str, request_id: int, kind: RequestKind, samples: int) -> InferenceRequest:
+    """A request of `samples` samples of audio."""
+    audio = np.zeros(samples, np.float32)
+    return InferenceRequest(
+        session, request_id, kind, audio, DecodeOptions(), 0.0, request_id=request_id
     )
 
 
@@ -379,3 +394,112 @@ def test_submit_to_a_session_not_open_raises() -> None:
     with pytest.raises(ValueError, match="not open"):
         fleet.submit(request("s", 0))
     assert fleet.owed == 0 and not fleet.take("a")
+
+
+# ---- no replica: the bound on what waits -------------------------------------------
+
+
+def bounded(samples: int, *replicas: str, sessions: tuple[str, ...] = ()) -> Fleet:
+    """A fleet where at most `samples` samples of audio may wait for a replica."""
+    fleet = Fleet("gw", homeless_audio_s=samples / SAMPLE_RATE)
+    for replica in replicas:
+        fleet.add(replica)
+    for session in sessions:
+        fleet.open(session)
+    return fleet
+
+
+def test_a_fleet_given_no_bound_keeps_ten_minutes_of_audio_waiting() -> None:
+    # What a gateway gets (server/engines.py names no bound).
+    fleet = fleet_with(sessions=("s",))
+    fleet.submit(sized("s", 0, FINAL, 600 * SAMPLE_RATE))  # zeros: not written, hardly held
+    fleet.submit(sized("s", 1, FINAL, 1))  # one sample past the bound
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("s", 0, FINAL)]
+    assert [r.ref.request_id for r in fleet.take_failed()] == [1]
+
+
+def test_a_waiting_partial_is_replaced_by_its_sessions_next_one() -> None:
+    fleet = fleet_with(sessions=("s", "t"))
+    fleet.submit(request("s", 0, PARTIAL))
+    fleet.submit(request("t", 0, PARTIAL))
+    fleet.submit(request("s", 1))
+    fleet.submit(request("s", 2, PARTIAL))  # s's partial 0 is stale now
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("t", 0, PARTIAL), ("s", 1, FINAL), ("s", 2, PARTIAL)]
+    assert fleet.partials_dropped == 1
+
+
+def test_past_the_bound_waiting_partials_make_room_for_owed_requests_oldest_first() -> None:
+    fleet = bounded(1000, sessions=("s", "t", "u"))
+    fleet.submit(sized("s", 0, PARTIAL, 400))
+    fleet.submit(sized("t", 0, PARTIAL, 300))
+    fleet.submit(sized("s", 1, FINAL, 200))  # 900 wait
+    fleet.submit(sized("u", 0, EARLY, 300))  # 200 over: s's partial, the oldest, goes
+
+    assert fleet.take_failed() == []
+    assert fleet.partials_dropped == 1 and fleet.owed == 2
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("t", 0, PARTIAL), ("s", 1, FINAL), ("u", 0, EARLY)]
+
+
+def test_a_partial_that_does_not_fit_is_dropped_and_the_owed_requests_stay() -> None:
+    fleet = bounded(1000, sessions=("s", "t", "u"))
+    fleet.submit(sized("s", 0, FINAL, 600))
+    fleet.submit(sized("t", 0, BACKGROUND, 300))
+    fleet.submit(sized("u", 0, PARTIAL, 200))
+
+    assert fleet.take_failed() == [] and fleet.partials_dropped == 1
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("s", 0, FINAL), ("t", 0, BACKGROUND)]
+
+
+def test_owed_requests_past_the_bound_fail_with_the_no_replica_code() -> None:
+    fleet = bounded(1000, sessions=("s", "t", "u"))
+    fleet.submit(sized("s", 0, FINAL, 500))
+    fleet.submit(sized("t", 0, PARTIAL, 200))
+    refused = sized("u", 0, BACKGROUND, 600)  # 300 over, and partials hold only 200
+    fleet.submit(refused)
+    fleet.submit(sized("u", 1, FINAL, 300))  # still fits: the refused one took no room
+
+    (failed,) = fleet.take_failed()
+    assert failed.ref == refused.ref and not failed.ok
+    assert failed.error_code == "no_replica"  # NoReplicaError's code
+    assert failed.error_message is not None and "no engine replica" in failed.error_message
+    assert fleet.take_failed() == []  # handed over once
+    assert fleet.owed == 2 and fleet.partials_dropped == 0  # no partial dropped in vain
+
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("s", 0, FINAL), ("t", 0, PARTIAL), ("u", 1, FINAL)]
+    # A late answer for the failed request is not delivered: it is settled.
+    assert fleet.accept("a", (answer(refused),)) == []
+
+
+def test_when_the_last_replica_is_lost_owed_requests_past_the_bound_fail() -> None:
+    fleet = bounded(1000, "a", sessions=("s", "t"))
+    for req in (sized("s", 0, FINAL, 600), sized("t", 0, FINAL, 300), sized("s", 1, EARLY, 300)):
+        fleet.submit(req)
+    fleet.take("a")
+
+    assert fleet.lose("a") == set()
+
+    # Sent again in (session, request id) order: s's two fit, t's does not.
+    assert [r.ref.session_id for r in fleet.take_failed()] == ["t"]
+    assert fleet.owed == 2
+    fleet.add("b")
+    assert keys(fleet.take("b")) == [("s", 0, FINAL), ("s", 1, EARLY)]
+
+
+def test_cancelling_a_waiting_session_makes_room() -> None:
+    fleet = bounded(1000, sessions=("s", "t"))
+    fleet.submit(sized("s", 0, FINAL, 800))
+    fleet.cancel("s")
+    fleet.submit(sized("t", 0, FINAL, 800))
+    assert fleet.take_failed() == []
+    fleet.add("a")
+    assert keys(fleet.take("a")) == [("t", 0, FINAL)]
+
+
+def test_a_negative_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="homeless_audio_s"):
+        Fleet("gw", homeless_audio_s=-1.0)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,13 @@ from engine.recognizer import Recognizer
 from engine.remote_engine import RemoteEngine
 from engine.remote_messages import Tick
 from engine.replica import EngineReplica
-from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind
+from engine.types import (
+    SAMPLE_RATE,
+    DecodeOptions,
+    InferenceRequest,
+    InferenceResult,
+    RequestKind,
+)
 from tests.engine.remote_fakes import REPORT, FakeEngine, LoopbackTransport, fake_replica
 from tests.engine.test_async_engine import make_engine, session_audio
 from tests.speech import Clip
@@ -55,8 +63,8 @@ def fake_of(replica: EngineReplica) -> FakeEngine:
     return replica.engine
 
 
-def sample(engine: RemoteEngine, name: str) -> float | None:
-    value: float | None = engine.metrics.registry.get_sample_value(name)
+def sample(engine: RemoteEngine, name: str, labels: dict[str, str] | None = None) -> float | None:
+    value: float | None = engine.metrics.registry.get_sample_value(name, labels)
     return value
 
 
@@ -454,3 +462,159 @@ def test_close_gives_up_on_owed_answers_after_its_timeout() -> None:
     assert 0.25 <= took < 3
     assert results == []
     assert transport_closed and engine_closed
+
+
+# ---- failures that must not go unnoticed ------------------------------------------
+
+
+class Moved:
+    """What a gateway did when its replica a failed while session s was pinned to it."""
+
+    answers: list[str]
+    replicas: tuple[str, ...]
+    lost: float | None
+    logged: list[str]
+
+
+def gateway(transport: LoopbackTransport) -> RemoteEngine:
+    """Collects often; without a loss, looks for no replica again within any test's deadline."""
+    return RemoteEngine(transport, gateway_id="gw", collect_wait_s=0.05, discover_every_s=600)
+
+
+async def fail_a_while_s_waits(
+    call: str,
+    fault: str,
+    caplog: pytest.LogCaptureFixture,
+    make: Callable[[LoopbackTransport], RemoteEngine] = gateway,
+) -> Moved:
+    """Pin s to a (which never answers), make a's `call` fail (`fault`: "error" or "stall")."""
+    # b must then answer s's finals: the one a holds, and on a tick the one it carried.
+    moved = Moved()
+    transport = LoopbackTransport([fake_replica("a", asyncio.Event()), fake_replica("b")])
+    engine = make(transport)
+    engine.start()
+    await asyncio.wait_for(engine.attached(2), 5)
+    channel = engine.open_session("s")
+    engine.submit(request("s", 0))  # a, the first of two replicas with no session
+    a, b = fake(transport, "a"), fake(transport, "b")
+    await a.watch.until(lambda: len(a.received) == 1)
+    if fault == "error":
+        transport.fail(call, "a", RuntimeError("boom"))
+    else:
+        transport.stall(call, "a")
+    finals = 1
+    if call == "tick":  # a tick is made only when there is something to send
+        engine.submit(request("s", 1))
+        finals = 2
+    await b.watch.until(lambda: len(b.received) == finals)
+    got = [await asyncio.wait_for(channel.get(), 5) for _ in range(finals)]
+    moved.answers = sorted(final_text(r) for r in got)
+    moved.replicas = engine.replicas
+    moved.lost = sample(engine, "engine_remote_replicas_lost_total")
+    await asyncio.wait_for(engine.close(timeout=1), 5)
+    moved.logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    return moved
+
+
+def answered_by_b(call: str) -> list[str]:
+    """s's finals, all answered by b (a tick is failed with s's second final in it)."""
+    return ["2:gw:s:0", "2:gw:s:1"] if call == "tick" else ["2:gw:s:0"]
+
+
+@pytest.mark.parametrize("call", ["tick", "collect"])
+def test_any_error_in_a_link_task_loses_the_replica_and_moves_its_sessions(
+    call: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
+        moved = asyncio.run(fail_a_while_s_waits(call, "error", caplog))
+    assert moved.answers == answered_by_b(call)
+    assert moved.lost == 1
+    # a itself still answers discovery, so it may be attached again as a new link.
+    assert "b" in moved.replicas
+    failed = [m for m in moved.logged if "replica a failed" in m]
+    assert len(failed) == 1 and "RuntimeError: boom" in failed[0], moved.logged
+
+
+@pytest.mark.parametrize("call", ["tick", "collect"])
+def test_a_call_unanswered_past_its_deadline_loses_the_replica(
+    call: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def with_deadline(transport: LoopbackTransport) -> RemoteEngine:
+        # Long enough that no answer of a live in-process replica comes late.
+        return RemoteEngine(
+            transport,
+            gateway_id="gw",
+            collect_wait_s=0.05,
+            discover_every_s=600,
+            call_deadline_s=0.5,
+        )
+
+    with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
+        moved = asyncio.run(fail_a_while_s_waits(call, "stall", caplog, with_deadline))
+    assert moved.answers == answered_by_b(call)
+    assert moved.lost == 1
+    assert moved.replicas == ("b",)  # a hung replica does not answer discovery either
+    within = 0.5 if call == "tick" else 0.55  # a collect also has the wait it asks for
+    assert any(f"no answer to a {call} call within {within:g} s" in m for m in moved.logged)
+
+
+def test_discovery_outlives_an_error_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> bool:
+        transport = LoopbackTransport([fake_replica("a")])
+        transport.fail("discover", "", RuntimeError("no controller"))
+        engine = RemoteEngine(transport, gateway_id="gw", discover_every_s=0.05)
+        engine.start()
+        await asyncio.wait_for(engine.attached(), 5)
+        healthy = engine.healthy
+        await asyncio.wait_for(engine.close(timeout=1), 5)
+        return healthy
+
+    with caplog.at_level(logging.WARNING, logger="sensestream.engine"):
+        assert asyncio.run(main()) is True
+    assert any("RuntimeError" in r.getMessage() for r in caplog.records)
+
+
+def test_with_no_replica_finals_past_the_bound_fail_and_the_rest_wait() -> None:
+    async def main() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        transport = LoopbackTransport()
+        bound = 4000  # samples: two of the 1600-sample requests fit
+        engine = RemoteEngine(transport, gateway_id="gw", homeless_audio_s=bound / SAMPLE_RATE)
+        engine.start()
+        channel = engine.open_session("s")
+        engine.submit(request("s", 0))
+        engine.submit(request("s", 1, PARTIAL))
+        engine.submit(request("s", 2))  # the partial makes room
+        engine.submit(request("s", 3))  # no room left: fails at once
+        seen["failed"] = drain(channel)
+        seen["healthy"] = engine.healthy  # the gateway refuses new sessions meanwhile
+        seen["dropped"] = engine.snapshot().partials_dropped
+        seen["counted"] = sample(engine, "engine_remote_failed_requests_total", {"kind": "final"})
+
+        transport.add(fake_replica("a"))
+        seen["answers"] = [final_text(await asyncio.wait_for(channel.get(), 5)) for _ in "01"]
+        await asyncio.wait_for(engine.close(timeout=1), 5)
+        seen["extra"] = drain(channel)
+        return seen
+
+    seen = asyncio.run(main())
+    failed = seen["failed"]
+    assert isinstance(failed, list) and len(failed) == 1
+    assert failed[0].ref.request_id == 3 and failed[0].error_code == "no_replica"
+    assert seen["healthy"] is False
+    assert seen["dropped"] == 1 and seen["counted"] == 1
+    assert seen["answers"] == ["2:gw:s:0", "2:gw:s:2"]
+    assert seen["extra"] == []
+
+
+def test_close_does_not_wait_for_a_final_that_failed_for_want_of_room() -> None:
+    async def main() -> list[InferenceResult]:
+        engine = RemoteEngine(LoopbackTransport(), gateway_id="gw", homeless_audio_s=0.0)
+        engine.start()
+        channel = engine.open_session("s")
+        engine.submit(request("s", 0))
+        await asyncio.wait_for(engine.close(), 5)  # no timeout: it waits for what is owed
+        return drain(channel)
+
+    (failed,) = asyncio.run(main())
+    assert failed.error_code == "no_replica"
