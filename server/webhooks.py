@@ -45,34 +45,54 @@ class WebhookPolicy:
     drain_s: float = 60.0  # after its stream ends, how long a webhook may keep trying
 
     def allows(self, url: str) -> bool:
-        """Whether `url` is under one of the allowed prefixes: the same scheme, host and
-        port, and a path below the prefix's (compared parsed, never as raw strings)."""
+        """Whether `url` has a prefix's scheme, host and port and begins with its segments."""
+        # Compared parsed and by whole segments, never as strings: a prefix of
+        # `/tenant1` must not admit `/tenant10/…`.
         target = url_parts(url)
         if target is None:
             return False
         allowed = (url_parts(prefix) for prefix in self.allow)
         return any(
-            p is not None and target[:3] == p[:3] and target[3].startswith(p[3]) for p in allowed
+            p is not None and target[:3] == p[:3] and target[3][: len(p[3])] == p[3]
+            for p in allowed
         )
 
 
-def url_parts(url: str) -> tuple[str, str, int, str] | None:
-    """(scheme, host, port, path) of a plain http(s) URL; None for anything that could
-    name another place than it seems to (user info, backslashes, dot segments)."""
+def url_parts(url: str) -> tuple[str, str, int, tuple[str, ...]] | None:
+    """(scheme, host, port, path segments) of a plain http(s) URL, or None if it is not one."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
         return None
+    # User info and backslashes can make a URL name another host than it seems to.
     if parts.scheme not in ("http", "https") or not parts.hostname or "\\" in url:
         return None
     if parts.username is not None or parts.password is not None:
         return None
-    path = parts.path or "/"
-    if any(segment in (".", "..") for segment in unquote(path).split("/")):
+    segments = path_segments(parts.path)
+    if segments is None:
         return None
     default = 443 if parts.scheme == "https" else 80
-    return parts.scheme, parts.hostname.lower(), port or default, path
+    return parts.scheme, parts.hostname.lower(), port or default, segments
+
+
+def path_segments(path: str) -> tuple[str, ...] | None:
+    """A path's percent-decoded segments; None if a receiver could resolve it elsewhere."""
+    segments = []
+    for raw in path.split("/")[1:]:
+        segment = unquote(raw)
+        # Refused, since a receiver may step out of the prefix on them: dot segments, also
+        # encoded (`%2e%2e`) or with `;params` some servers drop first (`..;x`); an encoded
+        # `/` or `\`; and an escape still there after one decoding (`%252e%252e`), which a
+        # receiver that decodes twice reads as `..`.
+        bare = segment.split(";", 1)[0]
+        if bare in (".", "..") or "/" in segment or "\\" in segment or unquote(segment) != segment:
+            return None
+        segments.append(segment)
+    if segments and segments[-1] == "":
+        segments.pop()  # `/calls/` and `/calls` are the same place to be under
+    return tuple(segments)
 
 
 def signature(secret: bytes, timestamp: str, body: bytes) -> str:

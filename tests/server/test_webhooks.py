@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +23,6 @@ from server.webhooks import (
     WebhookDelivery,
     WebhookPolicy,
     Webhooks,
-    signature,
 )
 from streaming.audio import AudioFormat
 from streaming.commands import StreamOptions
@@ -36,8 +37,8 @@ class Receiver:
 
     plan: list[int] = field(default_factory=list)  # statuses to answer first; then 200
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    signed: list[tuple[str, str, bytes]] = field(default_factory=list)  # timestamp, sig, body
     attempts: int = 0
-    valid_signatures: bool = True
     gate: asyncio.Event | None = None  # when set, requests wait for it
     got_end: asyncio.Event = field(default_factory=asyncio.Event)  # a stream's `end` came
 
@@ -46,8 +47,9 @@ class Receiver:
         if self.gate is not None:
             await self.gate.wait()
         body = await request.read()
-        expected = signature(SECRET, request.headers[TIMESTAMP_HEADER], body)
-        self.valid_signatures &= request.headers[SIGNATURE_HEADER] == expected
+        self.signed.append(
+            (request.headers[TIMESTAMP_HEADER], request.headers[SIGNATURE_HEADER], body)
+        )
         status = self.plan.pop(0) if self.plan else 200
         if status == 200:
             self.bodies.append(json.loads(body))
@@ -98,12 +100,22 @@ def run(scenario: Callable[[], Any]) -> Any:
     return asyncio.run(scenario())
 
 
+def documented_signature(timestamp: str, body: bytes) -> str:
+    """The header docs/callcentre.md tells receivers to expect, computed here from scratch."""
+    mac = hmac.new(SECRET, f"{timestamp}.".encode() + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
 def test_events_arrive_in_order_and_signed() -> None:
     receiver = Receiver()
     events = [{"n": i} for i in range(5)]
     counts = run(lambda: deliver(receiver, events, policy()))
-    assert receiver.bodies == events and receiver.valid_signatures
+    assert receiver.bodies == events
     assert counts == {"delivered": 5}
+    assert [json.loads(body) for _, _, body in receiver.signed] == events
+    for timestamp, header, body in receiver.signed:
+        assert timestamp.isdigit(), timestamp  # Unix seconds
+        assert header == documented_signature(timestamp, body)
 
 
 def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not() -> None:
@@ -157,6 +169,43 @@ def test_the_policy_allows_only_urls_under_its_prefixes() -> None:
         "https://hooks.example.com/callsX",  # beside the prefix, not under it
         "http://169.254.169.254/latest",
         "https://hooks.example.com:99999/calls/",  # no such port
+    ):
+        assert not pol.allows(url), url
+
+
+def test_a_prefix_admits_whole_path_segments_only() -> None:
+    for prefix in ("https://hooks.example/tenant1", "https://hooks.example/tenant1/"):
+        pol = WebhookPolicy((prefix,), SECRET)
+        for url in (
+            "https://hooks.example/tenant1",
+            "https://hooks.example/tenant1/",
+            "https://hooks.example/tenant1/calls/hook?id=7",
+            "https://hooks.example/tenant1/a%20b",  # an encoded space is only a space
+        ):
+            assert pol.allows(url), (prefix, url)
+        for url in (
+            "https://hooks.example/tenant10/steal",  # a longer segment, not a child
+            "https://hooks.example/tenant1x",
+            "https://hooks.example/tenant",
+            "https://hooks.example/",
+        ):
+            assert not pol.allows(url), (prefix, url)
+
+
+def test_a_path_that_could_step_out_of_its_prefix_is_refused() -> None:
+    pol = WebhookPolicy(("https://hooks.example/tenant1/",), SECRET)
+    for url in (
+        "https://hooks.example/tenant1/../tenant2/hook",
+        "https://hooks.example/tenant1/./../tenant2",
+        "https://hooks.example/tenant1/%2e%2e/tenant2",
+        "https://hooks.example/tenant1/%2E%2E/tenant2",
+        "https://hooks.example/tenant1/.%2e/tenant2",
+        "https://hooks.example/tenant1/%252e%252e/tenant2",  # decoded twice by some
+        "https://hooks.example/tenant1%2f..%2ftenant2",  # an encoded slash
+        "https://hooks.example/tenant1/..%2ftenant2",
+        "https://hooks.example/tenant1/..%5ctenant2",  # an encoded backslash
+        "https://hooks.example/tenant1/..;/tenant2",  # a dot segment with ;params
+        "https://hooks.example/tenant1/..",
     ):
         assert not pol.allows(url), url
 
