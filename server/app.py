@@ -22,12 +22,14 @@ from engine.builder import EngineReport
 from engine.client import EngineClient
 from engine.devices import device_index
 from engine.monitor import Monitor, cuda_uuids, load_nvml
-from server.auth import key_matches, load_keys, origin_allowed, presented_token
+from server.auth import load_keys, origin_allowed, presented_token
+from server.client_address import client_host
 from server.config import ListenConfig, ServerConfig
 from server.connection import Connection
 from server.engine_url import parse_engine_url
 from server.engines import is_remote, open_local, open_remote
 from server.file_api import FileApi
+from server.follower_slots import FollowerSlots
 from server.http import json_response, response, static_file, text_response, unauthorized
 from server.listen import page_url
 from server.listener import QuietServer, asgi_server, bind, bound_port, stop
@@ -35,6 +37,7 @@ from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.streams import Publisher, StreamHub, Subscription
 from server.subscribers import Follower
+from server.tenants import Claim, Tenant, followed_key
 from server.vad_pump import VadPump
 from server.web import main_app, ops_app
 from server.webhooks import WebhookPolicy, Webhooks
@@ -151,8 +154,10 @@ class App:
         self.vad_pump: VadPump | None = None  # with `vad_thread`: live sessions' VAD thread
         self.sessions: dict[str, Connection] = {}
         self.streams = StreamHub(config.limits.max_pending_events, config.limits.stream_backlog)
+        self.follower_slots = FollowerSlots(self.streams, config.limits)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
+        self.origins = config.listen.origin_policy()
         self._per_ip: dict[str, int] = {}
         self.routes = websocket_routes()
         self.file_api = FileApi(self)
@@ -204,6 +209,7 @@ class App:
         limits = self.config.limits.session_limits()
         return asgi_server(
             asgi,
+            listen.trusted_proxies,
             ssl_certfile=listen.certfile,
             ssl_keyfile=listen.keyfile,
             ws_max_size=max(
@@ -333,26 +339,40 @@ class App:
         )
 
     def _guarded(self, request: Request) -> Response | None:
-        """/metrics and /stats ask for a key when the keys protect them too."""
+        """/metrics and /stats refuse other sites' pages, and ask for a key when the keys
+        protect them too (any key: they count, they list no tenant's streams)."""
+        refusal = self.origin_refusal(request)
         guarded = self.config.listen.protect_metrics and self.keys
-        if guarded and not key_matches(presented_token(request), self.keys):
+        if refusal is None and guarded and self.keys.identify(presented_token(request)) is None:
             return text_response(401, "API key required\n", {"WWW-Authenticate": "Bearer"})
-        return None
+        return refusal
+
+    def origin_refusal(self, conn: HTTPConnection) -> Response | None:
+        """403 for a browser page of an origin the policy does not allow (see OriginPolicy)."""
+        if origin_allowed(conn, self.origins):
+            return None
+        return text_response(403, "origin not allowed\n")
+
+    def caller(self, conn: HTTPConnection) -> Tenant | None:
+        """The tenant of the client's key (the anonymous one when the server has no keys),
+        or None for a missing or wrong key (a refusal is counted)."""
+        tenant = self.keys.identify(presented_token(conn))
+        if tenant is None:
+            self.metrics.protocol_error("unauthorized")
+        return tenant
 
     def authorized(self, conn: HTTPConnection) -> bool:
         """The client presented a valid key, or none is needed (a refusal is counted)."""
-        if not self.keys or key_matches(presented_token(conn), self.keys):
-            return True
-        self.metrics.protocol_error("unauthorized")
-        return False
+        return self.caller(conn) is not None
 
     def refusal(self, conn: HTTPConnection, key_in_band: bool = False) -> Response | None:
         """Why a streaming client may not start now (origin, key, readiness), or None.
 
         `key_in_band`: the protocol's codec checks the key in a message instead.
         """
-        if not origin_allowed(conn, self.config.listen.origins):
-            return text_response(403, "origin not allowed\n")
+        origin = self.origin_refusal(conn)
+        if origin is not None:
+            return origin
         if not key_in_band and not self.authorized(conn):
             return unauthorized("missing or wrong API key")
         if self.state != "ready":
@@ -399,6 +419,8 @@ class App:
             "uptime_s": round(time.monotonic() - self.started, 1),
             "sessions": len(self.sessions),
             "streams": len(self.streams),
+            "followers": self.follower_slots.following,
+            "waiting_followers": self.follower_slots.waiting,
             "asyncio_tasks": len(asyncio.all_tasks()),
             "test_model": bool(self.report and self.report.test_model),
             "demo_model": bool(self.report and self.report.demo_model),
@@ -419,10 +441,11 @@ class App:
 
     async def websocket(self, websocket: WebSocket, route: WebSocketRoute) -> None:
         """One streaming client on `route`: admit, accept, run its session, clean up."""
-        codec = self._admit(websocket, route)
-        if isinstance(codec, Response):
-            await websocket.send_denial_response(codec)
+        admitted = self._admit(websocket, route)
+        if isinstance(admitted, Response):
+            await websocket.send_denial_response(admitted)
             return
+        codec, claim = admitted
         await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
@@ -433,32 +456,36 @@ class App:
                 await port.send(frame)
             await port.close(over.close_code, "try again later")
             return
-        await self._run_session(port, codec, route)
+        await self._run_session(port, codec, route, claim)
 
-    def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> Codec | Response:
-        """The connection's codec, or the HTTP answer that refuses its upgrade."""
+    def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> tuple[Codec, Claim] | Response:
+        """The connection's codec and whose it is, or the HTTP answer that refuses its upgrade.
+
+        A route whose key comes in band learns its tenant when its codec checks that key.
+        """
         refusal = self.refusal(websocket, route.key_in_band)
         if refusal is None and (self.engine is None or self.vad is None or self.report is None):
             refusal = text_response(503, "server is not ready\n")
         if refusal is not None:
             return refusal
+        in_header = None if route.key_in_band else self.keys.identify(presented_token(websocket))
+        claim = Claim(self.keys, in_header)
         try:
-            return route.make_codec(self._handshake(websocket), self.codec_settings())
+            codec = route.make_codec(self._handshake(websocket), self.codec_settings(claim))
         except ProtocolError as exc:  # the handshake itself is refused (a bad signature)
             self.metrics.protocol_error(exc.code)
             return text_response(403 if exc.code == "unauthorized" else 400, exc.message + "\n")
+        return codec, claim
 
-    def codec_settings(self) -> CodecSettings:
-        """What every codec is made with: limits, the key check, the Twilio secret."""
+    def codec_settings(self, claim: Claim) -> CodecSettings:
+        """What a connection's codec is made with: limits, the key check (which records
+        the key's tenant in `claim`; a refusal is counted where the codec's error ends
+        the session), the Twilio secret."""
         return CodecSettings(
             self.config.limits.session_limits(),
-            self._key_ok,
+            claim.check,
             self.config.listen.twilio_auth_token,
         )
-
-    def _key_ok(self, key: str | None) -> bool:
-        # A refusal is counted where the codec's error ends the session.
-        return not self.keys or key_matches(None if key is None else key.encode(), self.keys)
 
     def _handshake(self, websocket: WebSocket) -> Handshake:
         query = websocket.query_params
@@ -481,7 +508,9 @@ class App:
             raise RuntimeError("no session before the engine is ready")
         return session_config(self.config, self.report)
 
-    async def _run_session(self, port: SocketPort, codec: Codec, route: WebSocketRoute) -> None:
+    async def _run_session(
+        self, port: SocketPort, codec: Codec, route: WebSocketRoute, claim: Claim
+    ) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
         session_id = uuid.uuid4().hex[:12]
@@ -498,7 +527,7 @@ class App:
             max_pending_events=self.config.limits.max_pending_events,
             idle_timeout_s=self.config.limits.idle_timeout_s,
             publisher=Publisher(
-                self.streams, session_id, route.protocol, time.time(), self.webhooks
+                self.streams, session_id, route.protocol, time.time(), self.webhooks, claim=claim
             ),
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
             vad_pump=self.vad_pump,
@@ -522,10 +551,15 @@ class App:
     # ---- subscribers ----------------------------------------------------------------
 
     async def streams_route(self, request: Request) -> Response:
-        """GET /v1/streams: the live streams a subscriber may follow."""
-        if not self.authorized(request):
+        """GET /v1/streams: the live streams a subscriber may follow (its tenant's; an
+        admin key's: every tenant's)."""
+        refusal = self.origin_refusal(request)
+        if refusal is not None:
+            return refusal
+        caller = self.caller(request)
+        if caller is None:
             return unauthorized("missing or wrong API key")
-        return json_response(200, {"streams": self.streams.describe()})
+        return json_response(200, {"streams": self.streams.describe(caller)})
 
     async def follow(self, websocket: WebSocket) -> None:
         """WS /v1/streams/{id}/events: a live stream's events, from now, after its finals."""
@@ -539,7 +573,7 @@ class App:
             port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
             await Follower(port, sub, self.streams).run()
         finally:
-            self.streams.unsubscribe(sub)
+            self.follower_slots.unsubscribe(sub)
 
     async def _subscription(self, websocket: WebSocket) -> Subscription | Response:
         """A new follower of the stream the path names, or why it may not follow.
@@ -547,20 +581,33 @@ class App:
         `?wait=S` (up to 30 s) holds the handshake until a stream that has not started yet
         does: a follower that starts with the call need not race it.
         """
-        refusal = self.refusal(websocket)
+        peer = client_host(websocket)
+        refusal = self.refusal(websocket) or self.follower_slots.refusal(peer)
         if refusal is not None:
             return refusal
-        if self.streams.followers >= self.config.limits.max_followers:
-            limit = self.config.limits.max_followers
-            return text_response(503, f"server is at its limit of {limit} followers\n")
         stream_id = websocket.path_params["stream_id"]
+        key = self._followed_key(websocket, stream_id)
+        if isinstance(key, Response):
+            return key
         wait_s = readiness_wait(websocket.query_params.get("wait"), FOLLOW_WAIT_CAP_S)
-        stream = await self.streams.wait_for(stream_id, wait_s)
+        stream = await self.follower_slots.stream(key, wait_s, peer)
+        if isinstance(stream, Response):
+            return stream
         if stream is None:
             return text_response(404, f"no live stream {stream_id!r}\n")
         if len(stream.subscribers) >= MAX_SUBSCRIBERS:
             return text_response(429, f"stream has {MAX_SUBSCRIBERS} subscribers\n")
-        return self.streams.subscribe(stream_id) or text_response(404, "stream ended\n")
+        return self.follower_slots.subscribe(key, peer) or text_response(404, "stream ended\n")
+
+    def _followed_key(self, conn: HTTPConnection, stream_id: str) -> str | Response:
+        """The hub key of the stream a follower names: its own tenant's stream of that id,
+        or, for an admin key, the one of the tenant `?tenant=` names."""
+        caller = self.keys.identify(presented_token(conn))  # refusal() has checked the key
+        named = conn.query_params.get("tenant")
+        key = None if caller is None else followed_key(caller, stream_id, named)
+        if key is None:
+            return text_response(403, "only an admin key may follow another tenant's stream\n")
+        return key
 
     def _over_capacity(self, peer: str) -> ServerFullError | None:
         if len(self.sessions) >= self.config.limits.max_sessions:

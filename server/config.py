@@ -25,7 +25,10 @@ from engine.builder import EngineConfig
 from engine.loader import BackendOptions
 from engine.model_dir import DEFAULT_MODEL_ID
 from engine.scheduler import SchedulerConfig
+from server.auth import OriginPolicy
+from server.client_address import TrustedProxies
 from server.engine_url import parse_engine_url
+from server.webhooks import url_parts
 from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
 from streaming.segmenter import SegmenterConfig
@@ -49,6 +52,8 @@ class ListenConfig:
     metrics_host: str | None = None  # default: host
     api_keys: str | None = None
     api_keys_file: str | None = None
+    # Browser Origins allowed beside the server's own page (comma-separated), `*` any
+    # origin; docs/security.md says how the own page resists DNS rebinding.
     allowed_origins: str | None = None
     protect_metrics: bool = False
     # Twilio signs each Media Streams handshake with the account's auth token; set it
@@ -61,8 +66,14 @@ class ListenConfig:
     # The address clients use (https://asr.example.com) when a proxy stands in front:
     # a signed handshake signs that URL, not the one the server sees.
     public_url: str | None = None
+    # Proxies in front (comma-separated IPs and CIDRs, none by default): a request from one
+    # of them is the client its X-Forwarded-For or Forwarded header names, for the per-IP
+    # limits. Only list proxies that overwrite or append to that header: anyone else could
+    # name any address.
+    forwarded_allow_ips: str | None = None
 
     def __post_init__(self) -> None:
+        TrustedProxies.parse(self.forwarded_allow_ips)  # raises for anything but IPs, CIDRs
         for name, port in (("port", self.port), ("metrics_port", self.metrics_port)):
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{name} must be within 0..65535")
@@ -84,6 +95,7 @@ class ListenConfig:
             "https",
         ):
             raise ValueError("public_url must be an http:// or https:// URL")
+        self.origin_policy()  # a malformed allowed_origins entry fails at start-up
         for prefix in self.webhook_prefixes:
             parts = urlsplit(prefix)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -93,6 +105,11 @@ class ListenConfig:
                     f"webhook_allow prefix {prefix!r} must end its path with / and hold no "
                     "user info or query (https://hooks.example.com/calls/)"
                 )
+            if url_parts(prefix) is None:  # else it would silently admit nothing
+                raise ValueError(
+                    f"webhook_allow prefix {prefix!r} holds a dot segment, an encoded / or \\, "
+                    "or a port out of range"
+                )
 
     @property
     def webhook_prefixes(self) -> tuple[str, ...]:
@@ -101,6 +118,14 @@ class ListenConfig:
     @property
     def origins(self) -> tuple[str, ...]:
         return tuple(o.strip() for o in (self.allowed_origins or "").split(",") if o.strip())
+
+    def origin_policy(self) -> OriginPolicy:
+        """Which browser Origins may connect: `self` (the server's own page) unless listed."""
+        return OriginPolicy.from_settings(self.origins, self.public_url, self.host)
+
+    @property
+    def trusted_proxies(self) -> TrustedProxies:
+        return TrustedProxies.parse(self.forwarded_allow_ips)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,15 +151,32 @@ class LimitsConfig:
     # One upload's audio: a small FLAC of hours of silence would hold a VAD (and the GIL)
     # for hours. Checked from the container's header, else while decoding (413).
     max_upload_seconds: float = 4 * 3600.0
-    # Followers (/v1/streams/{id}/events): in all, waiting ones included, and the finals
+    # Followers (/v1/streams/{id}/events): in all and from one address, and the finals
     # each live stream keeps for a follower that joins late.
     max_followers: int = 256
+    max_followers_per_ip: int = 32
     stream_backlog: int = 500
+    # Follower handshakes waiting (`?wait=`, up to 30 s) for their stream to start: bounded
+    # apart, so waits cannot take the followers' slots, in all and from one address.
+    max_waiting_followers: int = 64
+    max_waiting_followers_per_ip: int = 16
 
     def __post_init__(self) -> None:
         self.session_limits()  # the per-session rules live in streaming.limits
         if self.max_followers < 1 or self.stream_backlog < 0:
             raise ValueError("max_followers must be >= 1 and stream_backlog >= 0")
+        if (
+            min(
+                self.max_followers_per_ip,
+                self.max_waiting_followers,
+                self.max_waiting_followers_per_ip,
+            )
+            < 1
+        ):
+            raise ValueError(
+                "max_followers_per_ip, max_waiting_followers and "
+                "max_waiting_followers_per_ip must be >= 1"
+            )
         if self.max_upload_bytes < 1024 or self.max_uploads < 1:
             raise ValueError("max_upload_bytes must be >= 1024 and max_uploads >= 1")
         if not self.max_upload_seconds > 0:
@@ -343,8 +385,12 @@ ALIASES: Mapping[str, tuple[str, ...]] = {"engine_url": ("--engine",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: a misspelt option that is a prefix of a real one (`--max-bat`)
+    # must be refused, not silently taken for it.
     parser = argparse.ArgumentParser(
-        prog="python -m server", description="SenseStream real-time speech recognition server"
+        prog="python -m server",
+        description="SenseStream real-time speech recognition server",
+        allow_abbrev=False,
     )
     parser.add_argument("--config", type=Path, help="TOML file with any of the options below")
     for name, f in option_fields().items():

@@ -180,6 +180,8 @@ class FileApi:
 
     def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
         app = self.app
+        if app.origin_refusal(request) is not None:  # another site's page (OriginPolicy)
+            return FileApiError(403, "origin not allowed", code="origin_not_allowed")
         if not app.authorized(request):
             return FileApiError(401, "missing or wrong API key", code="invalid_api_key")
         if need_ready and app.state != "ready":

@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from server.client_address import ForwardedHeader, TrustedProxies
 from server.listen import ListenError
 from server.socket_port import TRANSPORT_KEY
 
@@ -64,14 +65,24 @@ class QuietServer(uvicorn.Server):
         yield
 
 
-def asgi_server(app: Any, **options: Any) -> QuietServer:
-    """An ASGI server for `app` that leaves logging and signals to us."""
+def asgi_server(
+    app: Any, trusted_proxies: TrustedProxies | None = None, **options: Any
+) -> QuietServer:
+    """An ASGI server for `app` that leaves logging and signals to us.
+
+    With `trusted_proxies`, a request from one of them is the client its forwarding header
+    names: uvicorn reads X-Forwarded-For (and X-Forwarded-Proto), `ForwardedHeader` reads
+    RFC 7239 `Forwarded`. Without, the peer is the socket's, whatever the headers say.
+    """
+    trusted = trusted_proxies or TrustedProxies()
     config = uvicorn.Config(
-        TransportCapture(app),
+        TransportCapture(ForwardedHeader(app, trusted) if trusted else app),
         lifespan="off",
         log_config=None,
         access_log=False,
-        proxy_headers=False,
+        # Never uvicorn's default list (127.0.0.1 or $FORWARDED_ALLOW_IPS): only ours.
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted.as_strings(),
         server_header=False,
         ws="websockets-sansio",
         **options,
@@ -85,7 +96,7 @@ async def stop(server: QuietServer, task: asyncio.Task[None]) -> None:
 
 
 class TransportCapture:
-    """Outermost ASGI layer: hands a WebSocket's transport to the app, for aborts.
+    """Our outermost ASGI layer: hands a WebSocket's transport to the app, for aborts.
 
     ASGI has no way to drop a connection whose client stopped reading; uvicorn's
     protocol object (the `send` callable's owner) holds the transport that can.

@@ -14,8 +14,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from server.outbox import Outbox, OutboxOverflowError
+from server.tenants import ANONYMOUS, Claim, Tenant, stream_key
 from server.webhooks import WebhookDelivery, Webhooks
-from streaming.errors import ProtocolError, StreamIdTakenError, WebhookRefusedError
+from streaming.errors import (
+    ProtocolError,
+    StreamIdTakenError,
+    UnauthorizedError,
+    WebhookRefusedError,
+)
 from streaming.events import (
     Configured,
     Ended,
@@ -62,12 +68,19 @@ class LiveStream:
     finals: int = 0
     subscribers: list[Subscription] = field(default_factory=list)
     ended: bool = False
+    tenant: str = ""  # whose key started it (server.tenants); "" with no keys
+
+    @property
+    def key(self) -> str:
+        """Its name in the hub: its id within its tenant's namespace."""
+        return stream_key(self.tenant, self.stream_id)
 
     def describe(self) -> dict[str, object]:
         """The stream as `GET /v1/streams` lists it."""
         audio = self.configured.audio
         return {
             "stream_id": self.stream_id,
+            "tenant": self.tenant or None,
             "session_id": self.session_id,
             "protocol": self.protocol,
             "started": round(self.started, 3),
@@ -81,7 +94,11 @@ class LiveStream:
 
 
 class StreamHub:
-    """Every live stream by id; publishing to subscribers never blocks the session."""
+    """Every live stream by id; publishing to subscribers never blocks the session.
+
+    Streams are looked up by their key (server.tenants.stream_key: the id within its
+    tenant's namespace, the bare id with no keys), which is what `stream_id` names below.
+    """
 
     def __init__(self, max_pending: int = 256, max_backlog: int = MAX_BACKLOG) -> None:
         self._streams: dict[str, LiveStream] = {}
@@ -91,11 +108,18 @@ class StreamHub:
         self._max_backlog = max_backlog
 
     def open(
-        self, configured: Configured, session_id: str, protocol: str, started: float
+        self,
+        configured: Configured,
+        session_id: str,
+        protocol: str,
+        started: float,
+        tenant: str = ANONYMOUS.name,
     ) -> LiveStream:
-        """Publish a configured session; raises StreamIdTakenError if its id is live."""
+        """Publish a configured session of `tenant`; raises StreamIdTakenError if that
+        tenant already has a live stream of its id (other tenants' ids do not count)."""
         stream_id = configured.stream_id or session_id
-        if stream_id in self._streams:
+        key = stream_key(tenant, stream_id)
+        if key in self._streams:
             raise StreamIdTakenError(f"stream {stream_id!r} is already live")
         stream = LiveStream(
             stream_id,
@@ -104,9 +128,10 @@ class StreamHub:
             started,
             configured,
             deque(maxlen=self._max_backlog),
+            tenant=tenant,
         )
-        self._streams[stream_id] = stream
-        waiting = self._opened.pop(stream_id, None)
+        self._streams[key] = stream
+        waiting = self._opened.pop(key, None)
         if waiting is not None:
             waiting.set()
         return stream
@@ -154,8 +179,8 @@ class StreamHub:
         if stream.ended:
             return
         stream.ended = True
-        if self._streams.get(stream.stream_id) is stream:
-            del self._streams[stream.stream_id]
+        if self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
         if reason is None:
             return  # `Ended` went out through publish
         for sub in list(stream.subscribers):
@@ -184,17 +209,13 @@ class StreamHub:
     def get(self, stream_id: str) -> LiveStream | None:
         return self._streams.get(stream_id)
 
-    @property
-    def followers(self) -> int:
-        """Subscribers of every live stream, and handshakes waiting for a stream to start."""
-        following = sum(len(s.subscribers) for s in self._streams.values())
-        return following + sum(self._waiters.values())
-
     def __len__(self) -> int:
         return len(self._streams)
 
-    def describe(self) -> list[dict[str, object]]:
-        return [stream.describe() for stream in self._streams.values()]
+    def describe(self, viewer: Tenant | None = None) -> list[dict[str, object]]:
+        """The live streams `viewer` may see (its own, or all for an admin or None)."""
+        streams = self._streams.values()
+        return [s.describe() for s in streams if viewer is None or viewer.sees(s.tenant)]
 
 
 class Publisher:
@@ -207,12 +228,15 @@ class Publisher:
         protocol: str,
         started: float,
         webhooks: Webhooks | None = None,
+        *,
+        claim: Claim | None = None,
     ) -> None:
         self._hub = hub
         self._session_id = session_id
         self._protocol = protocol
         self._started = started
         self._webhooks = webhooks
+        self._claim = claim  # whose stream it is (None: the anonymous tenant's)
         self._stream: LiveStream | None = None
         self._webhook: WebhookDelivery | None = None
         self._refused = False
@@ -233,12 +257,17 @@ class Publisher:
         return None
 
     def _open(self, event: Configured) -> ProtocolError | None:
+        tenant = ANONYMOUS if self._claim is None else self._claim.tenant
+        if tenant is None:  # a protocol configured its stream before its key was checked
+            return UnauthorizedError("no API key was checked for this stream")
         url = event.webhook_url
         policy = self._webhooks.policy if self._webhooks is not None else None
         if url is not None and (policy is None or not policy.allows(url)):
             return WebhookRefusedError(f"this server does not send webhooks to {url}")
         try:
-            self._stream = self._hub.open(event, self._session_id, self._protocol, self._started)
+            self._stream = self._hub.open(
+                event, self._session_id, self._protocol, self._started, tenant.name
+            )
         except StreamIdTakenError as exc:
             return exc
         if url is not None and self._webhooks is not None:

@@ -49,6 +49,16 @@ def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -
         (["--metrics-port", "70000"], "metrics_port must be within"),
         (["--log-level", "loud"], "log_level must be one of"),
         (["--shutdown-timeout-s", "0"], "shutdown_timeout_s must be > 0"),
+        (["--max-upload-seconds", "0"], "max_upload_seconds must be positive"),
+        # A prefix that can never match (a dot segment, an encoded /) fails at start-up.
+        (
+            ["--webhook-allow", "https://h.example/a/../b/", "--webhook-secret", "s" * 16],
+            "holds a dot segment",
+        ),
+        (
+            ["--webhook-allow", "https://h.example/a%2fb/", "--webhook-secret", "s" * 16],
+            "holds a dot segment",
+        ),
     ],
 )
 def test_each_rule_is_checked_where_it_lives(argv: list[str], message: str) -> None:
@@ -80,3 +90,12 @@ def test_flat_options_land_in_their_leaves() -> None:
         ServerConfig.from_options(prot=1)
     engine = config.engine_config("/models/x", tuning_cache=None)
     assert engine.max_batch == 1 and engine.max_segment_ms == config.session.max_segment_ms
+
+
+def test_an_abbreviated_option_is_refused_not_taken_for_another(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_config(["--max-bat=8"], {})
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --max-bat=8" in capsys.readouterr().err

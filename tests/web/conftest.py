@@ -122,56 +122,90 @@ def keyed_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-@pytest.fixture(scope="module")
-def origin_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    """A server whose origin allowlist does not include the page's own origin."""
-    require_browser()
-    proc = ServerProcess(tiny_model_dir, "--allowed-origins", "https://elsewhere.example")
-    yield proc
-    proc.stop()
+#: A name the browser resolves to 127.0.0.1, as a DNS-rebinding attacker's name would: a
+#: server on loopback must not take a page from it for its own.
+REBOUND_HOST = "rebind.test"
 
 
 @pytest.fixture(scope="module")
-def browser(fake_mic_wav: Path) -> Iterator[Any]:
+def playwright_driver() -> Iterator[Any]:
     require_browser()
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[
-                "--no-sandbox",  # CI runs as root
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={fake_mic_wav}",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
-        yield chromium
-        chromium.close()
+    with sync_playwright() as driver:
+        yield driver
+
+
+def launch(driver: Any, fake_mic_wav: Path, *extra: str) -> Any:
+    """Chromium with the fake microphone playing `fake_mic_wav`."""
+    return driver.chromium.launch(
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=[
+            "--no-sandbox",  # CI runs as root
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={fake_mic_wav}",
+            "--autoplay-policy=no-user-gesture-required",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_driver: Any, fake_mic_wav: Path) -> Iterator[Any]:
+    chromium = launch(playwright_driver, fake_mic_wav)
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="module")
+def rebound_browser(
+    playwright_driver: Any, fake_mic_wav: Path, web_server: ServerProcess
+) -> Iterator[Any]:
+    """Chromium that resolves REBOUND_HOST to 127.0.0.1 and takes the web server's page
+    there for a secure context (so its microphone works, as it would for an attacker's
+    HTTPS page)."""
+    origin = f"http://{REBOUND_HOST}:{web_server.port}"
+    chromium = launch(
+        playwright_driver,
+        fake_mic_wav,
+        f"--host-resolver-rules=MAP {REBOUND_HOST} 127.0.0.1",
+        f"--unsafely-treat-insecure-origin-as-secure={origin}",
+    )
+    yield chromium
+    chromium.close()
+
+
+def open_page(browser: Any, contexts: list[Any], base_url: str) -> WebPage:
+    """A fresh context (kept in `contexts` for closing) and page at `base_url`."""
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 820}, accept_downloads=True, base_url=base_url
+    )
+    contexts.append(context)
+    context.grant_permissions(["microphone"], origin=base_url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    log = PageLog()
+    page.on("console", log.on_console)
+    page.on("pageerror", log.on_page_error)
+    return WebPage(page, log, base_url)
 
 
 @pytest.fixture
 def web_for(browser: Any) -> Iterator[Callable[[ServerProcess], WebPage]]:
     """A fresh browser context and page on a given server; closed after the test."""
     contexts: list[Any] = []
+    yield lambda server: open_page(browser, contexts, f"http://127.0.0.1:{server.port}")
+    for context in contexts:
+        context.close()
 
-    def make(server: ServerProcess) -> WebPage:
-        base_url = f"http://127.0.0.1:{server.port}"
-        context = browser.new_context(
-            viewport={"width": 1280, "height": 820}, accept_downloads=True, base_url=base_url
-        )
-        contexts.append(context)
-        context.grant_permissions(["microphone"], origin=base_url)
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        log = PageLog()
-        page.on("console", log.on_console)
-        page.on("pageerror", log.on_page_error)
-        return WebPage(page, log, base_url)
 
-    yield make
+@pytest.fixture
+def rebound_web(rebound_browser: Any, web_server: ServerProcess) -> Iterator[WebPage]:
+    """The web server's page under REBOUND_HOST, a name the server does not own."""
+    contexts: list[Any] = []
+    yield open_page(rebound_browser, contexts, f"http://{REBOUND_HOST}:{web_server.port}")
     for context in contexts:
         context.close()
 

@@ -751,10 +751,10 @@ def test_busy_server_is_retried_with_growing_delays(
     assert_clean_console(web, allow=REFUSAL_ERRORS)
 
 
-def test_refused_origin_stops_without_a_reconnect_loop(
-    web_for: Callable[[ServerProcess], WebPage], origin_server: ServerProcess
-) -> None:
-    web = web_for(origin_server)
+def test_refused_origin_stops_without_a_reconnect_loop(rebound_web: WebPage) -> None:
+    # The page under a name that resolves to 127.0.0.1 (DNS rebinding): the server serves
+    # the page, but does not take that origin for its own and refuses its WebSocket.
+    web = rebound_web
     page = web.page
     page.add_init_script(COUNT_SOCKETS)
     web.open()
