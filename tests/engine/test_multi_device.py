@@ -23,11 +23,17 @@ from engine.types import DecodeOptions, InferenceRequest, InferenceResult, Reque
 
 
 class TimedDevice:
-    """A device that takes `overhead` seconds a batch and records which thread ran it."""
+    """A device that takes `overhead` seconds a batch and records which thread ran it.
 
-    def __init__(self, name: str, overhead: float) -> None:
+    With `meet`, its first batch waits there for another device's first batch: it goes on
+    only if both run at once (`met`), and gives up when the barrier times out.
+    """
+
+    def __init__(self, name: str, overhead: float, meet: threading.Barrier | None = None) -> None:
         self.name = name
         self.overhead = overhead
+        self.meet = meet
+        self.met: bool | None = None  # None: never asked to meet
         self.threads: set[str] = set()
         self.items = 0
 
@@ -36,13 +42,17 @@ class TimedDevice:
     ) -> list[np.ndarray]:
         self.threads.add(threading.current_thread().name)
         self.items += len(feats)
+        if self.meet is not None and self.met is None:
+            try:
+                self.meet.wait()
+                self.met = True
+            except threading.BrokenBarrierError:
+                self.met = False  # the other device ran no batch while this one waited
         time.sleep(self.overhead)
         return [np.zeros(f.shape[0] + PROMPT_FRAMES, np.int32) for f in feats]
 
 
-def engine_over(
-    tiny: Path, devices: list[TimedDevice], max_batch: int = 2, **kw: int
-) -> AsyncEngine:
+def engine_over(tiny: Path, devices: list[TimedDevice], max_batch: int = 2) -> AsyncEngine:
     model_dir = load_model_dir(tiny)
     recognizers = [Recognizer(model_dir, d) for d in devices]
     budgets = [MemoryBudget(1 << 30) for _ in devices]
@@ -53,7 +63,7 @@ def engine_over(
         recognizers[0].frontend.num_frames,
     )
     names = [f"cuda:{i}" for i in range(len(devices))]
-    return AsyncEngine(recognizers, scheduler, names, **kw)
+    return AsyncEngine(recognizers, scheduler, names)
 
 
 def now() -> float:
@@ -71,23 +81,23 @@ async def decode_all(engine: AsyncEngine, count: int) -> list[InferenceResult]:
 
 
 def test_two_devices_run_batches_at_the_same_time(tiny_model_dir: Path) -> None:
-    devices = [TimedDevice("a", 0.1), TimedDevice("b", 0.1)]
+    # Each device's first batch waits for the other's: they pass only by running together.
+    # (The timeout only bounds how long a serial engine takes to fail: well within
+    # decode_all's 30 s, so that failure is the answer `met` records.)
+    meet = threading.Barrier(2, timeout=10)
+    devices = [TimedDevice("a", 0.0, meet), TimedDevice("b", 0.0, meet)]
 
-    async def main() -> tuple[list[InferenceResult], float, AsyncEngine]:
+    async def main() -> tuple[list[InferenceResult], AsyncEngine]:
         engine = engine_over(tiny_model_dir, devices, max_batch=2)
         engine.start()
-        started = time.perf_counter()
         results = await decode_all(engine, 12)
-        elapsed = time.perf_counter() - started
         await engine.close(timeout=10)
-        return results, elapsed, engine
+        return results, engine
 
-    results, elapsed, engine = asyncio.run(main())
+    results, engine = asyncio.run(main())
+    assert [d.met for d in devices] == [True, True]
     assert all(r.ok for r in results)
-    assert devices[0].items > 0 and devices[1].items > 0
     assert devices[0].items + devices[1].items == 12
-    # Six batches of 0.1 s: about 0.3 s on two devices, 0.6 s or more on one.
-    assert elapsed < 0.55
     # One executor thread per device, never shared.
     assert len(devices[0].threads) == len(devices[1].threads) == 1
     assert devices[0].threads.isdisjoint(devices[1].threads)

@@ -26,7 +26,11 @@ def test_builder_args_become_the_commands_own_flags() -> None:
     assert config.engine.reuse_tuning is True
 
 
-def test_an_unknown_builder_arg_is_refused_by_name() -> None:
-    _, rest = replica_parser().parse_known_args(_as_flags({"replica": 2}))
-    with pytest.raises(SystemExit):
+def test_an_unknown_builder_arg_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    _, rest = replica_parser().parse_known_args(_as_flags({"replica": 2, "max_batch": 8}))
+    with pytest.raises(SystemExit) as exit_info:
         load_config(rest, {})
+    assert exit_info.value.code == 2  # argparse's usage error, not a crash
+    # The misspelt builder arg is named, as the flag it became, and alone (max_batch is known).
+    err = capsys.readouterr().err
+    assert "error: unrecognized arguments: --replica=2\n" in err, err

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -188,10 +190,23 @@ def test_endpoints(server: ServerProcess, speech_clips: list[Clip]) -> None:
     assert server.http("/nope")[0] == 404
 
 
+def thread_cpu_s(pid: int, tid: int) -> float:
+    """CPU seconds one thread of a process has run for, user and system (Linux /proc)."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text(encoding="ascii")
+    fields = stat.rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_event_loop_lag_stays_low_with_thirty_sessions(
     server: ServerProcess, speech_clips: list[Clip]
 ) -> None:
+    # A timer's lag is the loop's own work plus the time a busy host gives it no CPU. Only
+    # the first is the server's, and only it is asserted: as the loop thread's CPU time,
+    # which a shared host cannot inflate (a thread waiting for a core runs up none). A loop
+    # busy under half the time keeps its lag low; near all of it, lag grows on any host.
+    # (Here: about 25 %; with the engine's batches run on the loop instead, about 60 %.)
     audio = to_s16le(np.concatenate([speech_clips[3].audio, np.zeros(SR, np.float32)]))
+    pid = server.proc.pid  # server.main runs the event loop on the main thread: tid == pid
 
     async def thirty() -> list[Outcome]:
         return await asyncio.gather(
@@ -199,15 +214,13 @@ def test_event_loop_lag_stays_low_with_thirty_sessions(
         )
 
     before = server.http("/metrics")[1]
+    cpu_before, started = thread_cpu_s(pid, pid), time.monotonic()
     outcomes = asyncio.run(thirty())
-    assert all(o.of("end") for o in outcomes)
+    # The clients pace the audio at real time: the wall time is at least the audio's.
+    busy, wall = thread_cpu_s(pid, pid) - cpu_before, time.monotonic() - started
     after = server.http("/metrics")[1]
-    count = metric(after, "server_event_loop_lag_seconds_count") - metric(
-        before, "server_event_loop_lag_seconds_count"
-    )
-    late = (count - metric(after, 'server_event_loop_lag_seconds_bucket{le="0.05"}')) - (
-        metric(before, "server_event_loop_lag_seconds_count")
-        - metric(before, 'server_event_loop_lag_seconds_bucket{le="0.05"}')
-    )
-    assert count >= 30
-    assert late <= 0.01 * count, f"{late} of {count} timer ticks were over 50 ms late"
+    assert all(o.of("end") and o.close_code == 1000 for o in outcomes)
+    # The server's own lag watcher (what /metrics shows) kept measuring while they ran.
+    ticks = "server_event_loop_lag_seconds_count"
+    assert metric(after, ticks) > metric(before, ticks)
+    assert busy < 0.5 * wall, f"the event loop ran {busy:.2f} s of CPU in {wall:.2f} s"

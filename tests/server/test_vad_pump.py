@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from streaming.vad_jobs import VadJob
 from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, accept_each
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
+from tools.client import Outcome as Session
 from tools.client import run_session
 
 SR = 16000
@@ -28,9 +30,13 @@ def pumped(tiny_model_dir: Path) -> Iterator[ServerProcess]:
 
 
 def spans_and_texts(url: str, audio: bytes) -> list[tuple[int, int, str]]:
-    outcome = asyncio.run(run_session(url, audio, chunk=3200, speed=50))  # under 200x
+    return finals_of(asyncio.run(run_session(url, audio, chunk=3200, speed=50)))  # under 200x
+
+
+def finals_of(outcome: Session) -> list[tuple[int, int, str]]:
+    """A finished session's finals as (start_ms, end_ms, text)."""
     errors = [e for e in outcome.events if e["type"] == "error"]
-    assert outcome.events[-1]["type"] == "end" and outcome.close_code == 1000, (url, errors)
+    assert outcome.events[-1]["type"] == "end" and outcome.close_code == 1000, errors
     return [(f["start_ms"], f["end_ms"], f["text"]) for f in outcome.of("final")]
 
 
@@ -46,32 +52,44 @@ def test_the_same_finals_as_the_inline_vad(
 def test_twenty_concurrent_sessions_each_get_their_own_finals(
     pumped: ServerProcess, speech_clips: list[Clip]
 ) -> None:
-    silence = np.zeros(SR // 2, np.float32)
+    # Twenty different recordings: eight clips, each session's speech starting 30 ms later
+    # than the one before, so every session's finals (spans and texts) are its own.
     audios = [
         to_s16le(
-            np.concatenate([silence, speech_clips[i % len(speech_clips)].audio, silence, silence])
+            np.concatenate(
+                [
+                    np.zeros(SR // 2 + 480 * i, np.float32),
+                    speech_clips[i % len(speech_clips)].audio,
+                    np.zeros(SR, np.float32),
+                ]
+            )
         )
         for i in range(20)
     ]
+    # What each recording gives on its own, one session at a time.
+    alone = [spans_and_texts(pumped.url, a) for a in audios]
+    assert all(alone) and len({tuple(f) for f in alone}) == 20, alone
 
-    async def all_sessions() -> list:
+    async def all_sessions() -> list[Session]:
         return await asyncio.gather(
-            *(run_session(pumped.url, a, chunk=3200, speed=0) for a in audios)
+            *(run_session(pumped.url, a, chunk=3200, speed=50) for a in audios)
         )
 
-    for outcome in asyncio.run(all_sessions()):
-        assert outcome.of("final"), outcome.events
-        assert outcome.events[-1]["type"] == "end" and outcome.close_code == 1000
+    together = [finals_of(outcome) for outcome in asyncio.run(all_sessions())]
+    for i, (own, expected) in enumerate(zip(together, alone, strict=True)):
+        assert own == expected, i
 
 
 class Detector:
-    """A detector that hears speech start in every block, or fails on its second block."""
+    """A detector that hears nothing, or fails on its second block; it notes its threads."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.blocks = 0
+        self.threads: set[int] = set()  # where each block was detected in
 
     def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        self.threads.add(threading.get_ident())
         self.blocks += 1
         if self.fail and self.blocks == 2:
             raise ValueError("detector fault")
@@ -134,19 +152,24 @@ class Client:
 
 
 def test_the_pump_runs_each_notified_clients_job_off_the_loop() -> None:
-    async def scenario() -> tuple[Outcome, bool]:
+    detector = Detector()
+
+    async def scenario() -> tuple[Outcome, bool, int]:
         pump = VadPump()
         pump.start()
         loop = asyncio.get_running_loop()
-        busy, idle = Client(job(Detector())), Client(None)
+        busy, idle = Client(job(detector)), Client(None)
         busy.done = loop.create_future()
         idle.done = loop.create_future()
         pump.notify(busy)
         pump.notify(idle)
         outcome = await asyncio.wait_for(busy.done, 10)
         await pump.close()  # the idle one was asked in the same round, and gave nothing
-        return outcome, idle.done.done()
+        return outcome, idle.done.done(), threading.get_ident()
 
-    outcome, idle_called = asyncio.run(scenario())
+    outcome, idle_called, loop_thread = asyncio.run(scenario())
     assert not isinstance(outcome, Exception) and len(outcome) == 3
+    assert detector.blocks == 3
+    # Every block was detected in on one thread, and not on the loop's.
+    assert len(detector.threads) == 1 and loop_thread not in detector.threads
     assert not idle_called
