@@ -118,7 +118,7 @@ def post(port: int, body: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
+    return int(url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,8 @@ def test_session_paces_by_its_pace_never_refusing_audio() -> None:
         replay.receive_audio(frame, now=0.0)  # 41 s at once
     assert replay.resume_at == pytest.approx((41 - 1) / 50)
     assert not any(isinstance(e, ErrorEvent) for e in replay.events_to_send())
+
+
 def test_session_rejects_oversized_frames_before_decoding() -> None:
     s = session(SessionLimits(max_frame_bytes=2048, max_text_bytes=300))
     with pytest.raises(FrameTooLargeError):
