@@ -1,10 +1,11 @@
 """The micro-batching scheduler: a synchronous core that takes `now` and never blocks.
 
-Policy, in order: finals before partials; a newer partial of an utterance replaces the
-queued one and a final drops its utterance's partials; stale partials are dropped; a
-batch leaves when it is full or when its oldest request has waited `max_wait_ms`; items
-are chosen close in length to the oldest one, so padding stays small; and a batch is
-formed only if its priced cost fits the memory budget.
+Policy, in order: finals before partials, and live finals before bulk ones (a replay's);
+a newer partial of an utterance replaces the queued one and a final drops its utterance's
+partials; stale partials are dropped; a batch leaves when it is full or when its oldest
+request has waited `max_wait_ms`; it is anchored on the first final in line and filled
+with live requests, then bulk ones, close in length to the anchor, so padding stays
+small; and a batch is formed only if its priced cost fits the memory budget.
 
 With several devices each has its own budget: the caller names the device a batch is for
 (`next_batch(now, device)`), and the batch's memory goes back to that device's budget.
@@ -92,6 +93,7 @@ class SchedulerStats:
 
 @dataclass(order=True)
 class _Queued:
+    bulk: bool  # a replay's requests line up behind live ones
     arrival: float
     seq: int
     request: InferenceRequest = field(compare=False)
@@ -118,7 +120,7 @@ class Scheduler:
         self.budgets: tuple[MemoryBudget, ...] = tuple(budgets)
         self.cost = cost
         self.frames_of = frames_of
-        self._finals: list[_Queued] = []  # sorted by arrival
+        self._finals: list[_Queued] = []  # live before bulk, each by arrival
         self._partials: dict[Key, _Queued] = {}  # insertion order is arrival order
         self._retry: deque[tuple[InferenceRequest, ...]] = deque()
         self._background: deque[_Queued] = deque()  # whole files, first come first served
@@ -308,7 +310,8 @@ class Scheduler:
             return None  # wait for memory here, or for a device with a larger budget
         for group in (self._finals, list(self._partials.values())):
             ranked = sorted(
-                (q for q in group if q is not anchor), key=lambda q: abs(q.frames - anchor.frames)
+                (q for q in group if q is not anchor),
+                key=lambda q: (q.bulk, abs(q.frames - anchor.frames)),
             )
             for q in ranked:
                 if len(chosen) >= self.config.max_batch:
@@ -379,12 +382,14 @@ class Scheduler:
 
     def _queued(self, request: InferenceRequest) -> _Queued:
         self._seq += 1
-        return _Queued(request.arrival, self._seq, request, self.frames_of(request.num_samples))
+        frames = self.frames_of(request.num_samples)
+        return _Queued(request.bulk, request.arrival, self._seq, request, frames)
 
     def _oldest_arrival(self) -> float | None:
         candidates = []
         if self._finals:
-            candidates.append(self._finals[0].arrival)
+            # The oldest of either line: a bulk request's wait runs out like any other.
+            candidates.append(min(q.arrival for q in self._finals))
         if self._partials:
             # Not just the first in line: a replaced partial keeps an older place.
             candidates.append(min(q.arrival for q in self._partials.values()))

@@ -106,6 +106,9 @@ class InferenceRequest:
     arrival: float
     start_sample: int = 0
     request_id: int = 0
+    # Sent faster than real time (a replay): queued behind live requests of its urgency,
+    # so a fast sender's utterances fill batches without delaying a live stream's.
+    bulk: bool = False
 
     @property
     def key(self) -> tuple[str, int]:

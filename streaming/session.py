@@ -668,6 +668,7 @@ class Session:
             now,
             seg.start,
             request_id=self._request_ids,
+            bulk=self._options.pace == "replay",
         )
 
     def _emit_partial(self, req: RequestRef, utt: _Utterance, t: Transcript) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -245,6 +245,38 @@ def test_finals_fill_a_batch_before_partials() -> None:
     batch = scheduler.next_batch(0.0)
     assert batch is not None
     assert {r.session_id for r in batch.requests} == {"a", "b", "c"}
+
+
+def test_live_finals_go_before_a_replays_older_ones() -> None:
+    # A replay's four finals queued first; a live stream's final arrives after them and is
+    # in the first batch, though the replay's are older and closer in length to each other.
+    scheduler = make(max_batch=2, wait_ms=0)
+    for i in range(4):
+        bulk = request("replay", i, RequestKind.FINAL, 4.0, i * 0.01)
+        scheduler.submit(replace(bulk, bulk=True), 0.05)
+    scheduler.submit(request("live", 0, RequestKind.FINAL, 1.0, 0.1), 0.1)
+    first = scheduler.next_batch(0.1)
+    assert first is not None
+    assert [r.session_id for r in first.requests].count("live") == 1
+    rest = [scheduler.next_batch(0.1 + i) for i in range(1, 3)]
+    ran = [r.utterance_id for b in rest if b is not None for r in b.requests]
+    # The replay's finals all run, in their own order, filling the batches.
+    assert sorted(ran + [r.utterance_id for r in first.requests if r.session_id != "live"]) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+
+
+def test_a_bulk_final_waits_no_longer_than_max_wait_for_its_batch() -> None:
+    scheduler = make(max_batch=8, wait_ms=20)
+    bulk = request("replay", 0, RequestKind.FINAL, 2.0, 0.0)
+    scheduler.submit(replace(bulk, bulk=True), 0.0)
+    scheduler.submit(request("live", 0, RequestKind.FINAL, 2.0, 0.015), 0.015)
+    assert scheduler.next_wakeup() == pytest.approx(0.02)  # the replay's is the oldest
+    batch = scheduler.next_batch(0.02)
+    assert batch is not None and len(batch.requests) == 2
 
 
 def test_batches_are_length_sorted_and_close_in_length() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from engine.types import InferenceRequest
 from streaming.audio import AudioFormat
-from streaming.commands import Audio, Configure, Stop
+from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.events import ErrorEvent, Final
 from streaming.session import Session, SessionConfig
 from streaming.vad_fsmn import FsmnVadModel
@@ -143,3 +143,16 @@ def test_owed_finals_stop_the_reading_until_the_engine_answers(
     for request in held:
         session.receive_result(answer(request), 0.0)
     assert session.owed_finals < 2 and session.accepting
+
+
+@pytest.mark.parametrize(("pace", "bulk"), [("replay", True), ("live", False)])
+def test_a_replays_requests_queue_as_bulk_work(
+    fsmn: FsmnVadModel, speech: np.ndarray, pace: str, bulk: bool
+) -> None:
+    session = Session("s", SessionConfig(), fsmn)
+    session.handle(Configure(AudioFormat(), StreamOptions(pace=pace)), 0.0)
+    requests: list[InferenceRequest] = []
+    for frame in chunks(to_s16le(speech[: 12 * 16000]), FRAME):
+        session.handle(Audio(frame), 0.0)
+        requests += session.requests_to_submit()
+    assert requests and all(r.bulk is bulk for r in requests)
