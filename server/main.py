@@ -1,4 +1,4 @@
-"""Entry point: parse config, bind the port, run the app on uvloop, exit on SIGTERM/SIGINT."""
+"""Entry point: config, then the app (which binds the port) on uvloop; SIGTERM/SIGINT drain."""
 
 from __future__ import annotations
 
