@@ -37,7 +37,7 @@ from server.routes import WebSocketRoute, websocket_routes
 from server.socket_port import SocketPort
 from server.streams import Publisher, StreamHub, Subscription
 from server.subscribers import Follower
-from server.tenants import Claim, Tenant, followed_key
+from server.tenants import ANONYMOUS, Claim, Tenant, followed_key
 from server.vad_pump import VadPump
 from server.web import main_app, ops_app
 from server.webhooks import WebhookPolicy, Webhooks
@@ -356,6 +356,8 @@ class App:
     def caller(self, conn: HTTPConnection) -> Tenant | None:
         """The tenant of the client's key (the anonymous one when the server has no keys),
         or None for a missing or wrong key (a refusal is counted)."""
+        if not self.keys:
+            return ANONYMOUS  # nothing to read: an open server is one tenant
         tenant = self.keys.identify(presented_token(conn))
         if tenant is None:
             self.metrics.protocol_error("unauthorized")

@@ -155,6 +155,12 @@ def check_items(events: list[Any]) -> None:
     assert any(e.type == DELTA for e in events[:first_stop])
 
 
+async def transcribe_english(conn: Any, fmt: WireFormat) -> None:
+    """A GA transcription session in `fmt`, English, with the server's VAD."""
+    audio_input = {"format": fmt.ga, "transcription": {"model": "x", "language": "en"}}
+    await conn.session.update(session={"type": "transcription", "audio": {"input": audio_input}})
+
+
 @pytest.mark.parametrize("fmt", [PCM16, PCMU], ids=["pcm16", "pcmu"])
 def test_ga_server_vad_transcripts_equal_v1_finals(
     server: ServerProcess, two_sentences: np.ndarray, fmt: WireFormat
@@ -165,10 +171,7 @@ def test_ga_server_vad_transcripts_equal_v1_finals(
     async def scenario() -> list[Any]:
         realtime = client(server).realtime
         async with realtime.connect(extra_query={"intent": "transcription"}) as conn:
-            audio_input = {"format": fmt.ga, "transcription": {"model": "x", "language": "en"}}
-            await conn.session.update(
-                session={"type": "transcription", "audio": {"input": audio_input}}
-            )
+            await transcribe_english(conn, fmt)
             sender = asyncio.create_task(
                 append_paced(conn, fmt.encode(two_sentences), fmt.bytes_per_s)
             )
@@ -202,10 +205,7 @@ def test_a_recording_appended_in_one_burst_gets_every_transcript(
     async def scenario() -> list[Any]:
         realtime = client(server).realtime
         async with realtime.connect(extra_query={"intent": "transcription"}) as conn:
-            audio_input = {"format": PCM16.ga, "transcription": {"model": "x", "language": "en"}}
-            await conn.session.update(
-                session={"type": "transcription", "audio": {"input": audio_input}}
-            )
+            await transcribe_english(conn, PCM16)
             step = PCM16.bytes_per_s // 10
             for offset in range(0, len(data), step):
                 piece = base64.b64encode(data[offset : offset + step]).decode()

@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.callcentre.call import LABELS, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow, follow_url
 from tests.server.conftest import ServerProcess
-from tests.server.test_webhooks import Receiver, receiving
+from tests.server.test_webhooks import Receiver, documented_signature, receiving
 from tests.speech import chunks
 from tools.client import multichannel_start
 
@@ -219,7 +219,11 @@ def test_a_streams_finals_and_end_are_posted_to_its_webhook(
         # The caller named its webhook; followers are not told where it is.
         assert caller[0]["config"]["webhook_url"] == hook
         assert followed.events[0]["config"]["webhook_url"] is None
-        return caller, receiver.bodies, receiver.valid_signatures
+        signed = bool(receiver.signed) and all(
+            header == documented_signature(timestamp, body)
+            for timestamp, header, body in receiver.signed
+        )
+        return caller, receiver.bodies, signed
 
     caller, bodies, signed = run(scenario())
     assert signed and {b["stream_id"] for b in bodies} == {"call-hook"}

@@ -171,6 +171,9 @@ def rebound_browser(
         playwright_driver,
         fake_mic_wav,
         f"--host-resolver-rules=MAP {REBOUND_HOST} 127.0.0.1",
+        # A proxy in the environment would get the name (Chromium bypasses it for
+        # loopback addresses only): this browser reaches nothing but the test server.
+        "--no-proxy-server",
         f"--unsafely-treat-insecure-origin-as-secure={origin}",
     )
     yield chromium
