@@ -10,6 +10,7 @@ from collections.abc import Generator
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from server.client_address import ForwardedHeader, TrustedProxies
 from server.listen import ListenError
@@ -85,9 +86,39 @@ def asgi_server(
         forwarded_allow_ips=trusted.as_strings(),
         server_header=False,
         ws="websockets-sansio",
+        http=PlainPortProtocol,
         **options,
     )
     return QuietServer(config)
+
+
+#: The first bytes of a TLS ClientHello: a handshake record (0x16) of TLS 1.0-1.3 (0x03).
+TLS_RECORD = b"\x16\x03"
+
+
+class PlainPortProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, naming a TLS client on a plain port for what it is.
+
+    FunASR's client defaults to `--ssl 1`: against a ws:// port its ClientHello would be
+    logged as "Invalid HTTP request received." With TLS configured, uvicorn decrypts
+    before this sees anything, so a ClientHello here is always on a plain port.
+    """
+
+    _first_data = True
+
+    def data_received(self, data: bytes) -> None:
+        first, self._first_data = self._first_data, False
+        if first and data.startswith(TLS_RECORD):
+            peer = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+            log.warning(
+                "a TLS client connected to a plain ws:// port from %s: connect with ws:// "
+                "(FunASR's client: --ssl 0), or start the server with --certfile and "
+                "--keyfile",
+                peer,
+            )
+            self.transport.close()
+            return
+        super().data_received(data)
 
 
 async def stop(server: QuietServer, task: asyncio.Task[None]) -> None:

@@ -19,13 +19,15 @@ class WebSocketRoute:
 
     `make_codec` may raise a ProtocolError to refuse the handshake itself (a bad
     signature). `key_in_band`: the protocol carries its API key in a message, which its
-    codec checks, so the upgrade is not asked for one.
+    codec checks, so the upgrade is not asked for one. `probe`: a plain GET of the path
+    answers as the handshake would (not where the path serves a page).
     """
 
     path: str
     protocol: str
     make_codec: Callable[[Handshake, CodecSettings], Codec]
     key_in_band: bool = False
+    probe: bool = True
 
     def max_message_bytes(self, settings: CodecSettings) -> int:
         """The largest message this route's codec takes under `settings`' limits."""
@@ -49,6 +51,10 @@ def websocket_routes() -> dict[str, WebSocketRoute]:
     routes = (
         WebSocketRoute("/ws", "v1", _v1),
         WebSocketRoute("/funasr", "funasr", _funasr),
+        # FunASR's own clients connect to ws://HOST:PORT with no way to add a path (the
+        # html5 page's default is wss://HOST:10095/): an upgrade at / speaks their
+        # protocol, while a plain GET of / is still the page.
+        WebSocketRoute("/", "funasr", _funasr, probe=False),
         WebSocketRoute("/v1/realtime", "openai-realtime", _openai),
         # Twilio cannot set headers or a query string: the key rides in `start`.
         WebSocketRoute("/twilio", "twilio", make_twilio_codec, key_in_band=True),

@@ -25,10 +25,10 @@ def _stream(app: App, route: StreamRoute) -> list[BaseRoute]:
 
     # A plain GET gets what the handshake would (the page asks why a socket was refused:
     # browsers hide a refused handshake's status), or 426 when it would be admitted.
-    return [
-        WebSocketRoute(route.path, endpoint, name=route.protocol),
-        Route(route.path, probe),
-    ]
+    routes: list[BaseRoute] = [WebSocketRoute(route.path, endpoint, name=route.protocol)]
+    if route.probe:
+        routes.append(Route(route.path, probe))
+    return routes
 
 
 def _health(app: App) -> list[BaseRoute]:

@@ -2,12 +2,17 @@
 
 JSON text frames configure the stream and end it; binary frames carry 16-bit PCM (raw, or
 a WAV file whose header is stripped here). Results are JSON text frames with `mode`,
-`text`, `wav_name` and `is_final`. The mode strings are always the 2pass server's
-(`2pass-online` for new partial text, `2pass-offline` for an utterance's final), whatever
-mode the client asked for: funasr-client merges only `2pass-offline` results, so the
-offline server's `offline` string would leave its file transcripts empty. Exactly one
-message has `is_final: true`, the last: it tells every reference client the stream is
-done. One connection carries one stream; the server closes after that message.
+`text`, `wav_name` and `is_final`. The mode strings of results are always the 2pass
+server's (`2pass-online` for new partial text, `2pass-offline` for an utterance's final),
+whatever mode the client asked for: funasr-client merges only `2pass-offline` results, so
+the offline server's `offline` string would leave its file transcripts empty.
+
+The last message is the end-of-input acknowledgement as upstream's Python server sends
+it: the client's own mode, empty text, `is_end: true`, and `is_final: true` unless
+something failed (then `is_final: false` and an `error` string). Older clients only look
+for that `is_final: true`; upstream's current client waits for `is_end`. One connection
+carries one stream; after the acknowledgement the client closes, and the server closes
+only once the session's idle timeout has passed without that.
 """
 
 from __future__ import annotations
@@ -33,9 +38,6 @@ from streaming.session import common_prefix
 MAX_TEXT_BYTES = 64 * 1024
 ONLINE = "2pass-online"
 OFFLINE = "2pass-offline"
-#: After the is_final message the client closes; funasr-client then sends one more end
-#: marker first and fails if the server has already closed, so it gets this long to close.
-CLIENT_CLOSE_GRACE_S = 5.0
 ONE_STREAM = (
     "the input has ended: this server takes one stream per connection; "
     "open a new connection for the next one"
@@ -53,6 +55,7 @@ class FunasrCodec:
         self._header: WavInfo | None = None
         self._stopped = False
         self._online_sent: dict[int, str] = {}  # utterance -> its text sent as 2pass-online
+        self._errors: list[str] = []  # what failed, for the acknowledgement
 
     @property
     def max_message_bytes(self) -> int:
@@ -61,8 +64,13 @@ class FunasrCodec:
 
     @property
     def end_grace_s(self) -> float:
-        """How long, after a normal end's last message, the client may take to close first."""
-        return CLIENT_CLOSE_GRACE_S
+        """How long, after the acknowledgement, the client may take to close first.
+
+        FunASR's servers never close first: their clients close after the acknowledgement
+        (funasr-client sends one more end marker before, and fails if the server has
+        closed). So the server waits as long as it waits for any client message.
+        """
+        return self._limits.idle_timeout_s
 
     def opening(self) -> Sequence[Command]:
         return ()
@@ -90,7 +98,7 @@ class FunasrCodec:
             case ErrorEvent():
                 return (self._error(event.code, event.message, {}),)
             case Ended():
-                return (self._message(OFFLINE, "", is_final=True),)
+                return (self._acknowledgement(),)
         return ()
 
     def is_fatal(self, error: ProtocolError) -> bool:
@@ -182,7 +190,15 @@ class FunasrCodec:
         return (self._message(ONLINE, rest),) if rest else ()
 
     def _error(self, code: str, message: str, extra: dict[str, Any]) -> str:
+        self._errors.append(f"{code}: {message}")
         return self._message(OFFLINE, "", error={"code": code, "message": message}, **extra)
+
+    def _acknowledgement(self) -> str:
+        """The end of input, in the client's mode (an online client's screen keeps its text)."""
+        failed = {"error": "; ".join(self._errors)} if self._errors else {}
+        return self._message(
+            self._config.mode, "", is_final=not self._errors, is_end=True, **failed
+        )
 
     def _message(self, mode: str, text: str, *, is_final: bool = False, **extra: Any) -> str:
         obj: dict[str, Any] = {"mode": mode, "text": text, "wav_name": self._config.wav_name}

@@ -1,10 +1,10 @@
 """FunASR runtime client text: config and end-of-input messages, validated.
 
 Clients send one JSON object per text frame: the first configures the stream, later ones
-may repeat or change keys, and `{"is_speaking": false}` (or `"is_finished": true`) ends
-the input. Unknown keys are ignored, as the reference servers ignore them; known keys
-with the wrong type are errors. JSON null counts as an absent key (the Python clients
-leave unset keys out, and a null carries no choice).
+may repeat or change keys, and `{"is_speaking": false}` (or `"is_finished": true`, or
+upstream's `"is_end": true`) ends the input. Unknown keys are ignored, as the reference
+servers ignore them; known keys with the wrong type are errors. JSON null counts as an
+absent key (the Python clients leave unset keys out, and a null carries no choice).
 """
 
 from __future__ import annotations
@@ -75,9 +75,14 @@ def read_message(obj: Mapping[str, Any]) -> ClientText:
             changes[key] = check(key, value)
         elif key in _ACCEPTED:
             _ACCEPTED[key](key, value)
+    if "svs_itn" not in changes and obj.get("itn") is not None:
+        # FunASR's own clients send `itn` (Paraformer's name); SenseVoice's `svs_itn`,
+        # when given too, is the more specific of the two.
+        changes["svs_itn"] = _bool("itn", obj["itn"])
     speaking = _optional_bool(obj, "is_speaking")
     finished = _optional_bool(obj, "is_finished")
-    return ClientText(changes, end=speaking is False or finished is True)
+    ended = _optional_bool(obj, "is_end")
+    return ClientText(changes, end=speaking is False or finished is True or ended is True)
 
 
 def parse_hotwords(value: Any) -> tuple[str, ...]:
@@ -195,8 +200,8 @@ _SETTINGS: Mapping[str, Check] = {
     "hotwords": _hotwords,
 }
 
-#: Keys checked for their type but unused: they tune FunASR's own streaming models
-# (this server re-decodes instead), and `itn` is Paraformer's (SenseVoice reads svs_itn).
+#: Keys checked for their type but unused: they tune FunASR's own streaming models (this
+# server re-decodes instead). `itn` is read in `read_message`, as `svs_itn`'s other name.
 _ACCEPTED: Mapping[str, Check] = {
     "chunk_size": _chunk_size,
     "chunk_interval": _int,

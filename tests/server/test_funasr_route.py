@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,5 +156,95 @@ def test_a_bad_config_gets_an_error_message_the_end_and_a_close(server: ServerPr
     error, end = messages
     assert error["error"]["code"] == "invalid_field" and "audio_fs" in error["error"]["message"]
     assert (error["mode"], error["wav_name"], error["is_final"]) == ("2pass-offline", "bad", False)
-    assert end == {"mode": "2pass-offline", "text": "", "wav_name": "bad", "is_final": True}
+    assert end["is_end"] and not end["is_final"] and "audio_fs" in end["error"]
+    assert (end["mode"], end["wav_name"]) == ("2pass", "bad")
     assert close_code == 1008
+
+
+@dataclass
+class UpstreamRun:
+    """What a client that behaves like FunASR's funasr_wss_client.py saw."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    subprotocol: str | None = None
+    close_code: int | None = None
+
+    @property
+    def acknowledgement(self) -> dict[str, Any]:
+        (ack,) = [m for m in self.messages if m.get("is_end")]
+        return ack
+
+    def texts(self, mode: str) -> list[str]:
+        return [m["text"] for m in self.messages if m["mode"] == mode and m["text"]]
+
+
+async def upstream_client(url: str, pcm: bytes, mode: str, itn: bool) -> UpstreamRun:
+    """As upstream's client runs with `--ssl 0`: ws://HOST:PORT with no path, its config
+    (Paraformer's `itn`), 60 ms PCM chunks, then `is_end`, then it waits for the
+    acknowledgement (a message with `is_end`) and closes itself."""
+    run = UpstreamRun()
+    first = {
+        "mode": mode,
+        "chunk_size": [5, 10, 5],
+        "chunk_interval": 10,
+        "encoder_chunk_look_back": 4,
+        "decoder_chunk_look_back": 0,
+        "audio_fs": SR,
+        "wav_name": "demo",
+        "wav_format": "pcm",
+        "is_speaking": True,
+        "hotwords": "",
+        "itn": itn,
+    }
+    async with connect(url, subprotocols=["binary"], ping_interval=None) as ws:  # type: ignore[list-item]
+        run.subprotocol = ws.subprotocol
+        await ws.send(json.dumps(first))
+        for piece in chunks(pcm, 1920):
+            await ws.send(piece)
+        await ws.send(json.dumps({"is_speaking": False, "is_end": True}))
+        while not any(m.get("is_end") for m in run.messages):
+            run.messages.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+    run.close_code = ws.close_code
+    return run
+
+
+def root_url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.port}"
+
+
+@pytest.mark.parametrize("mode", ["offline", "2pass", "online"])
+def test_upstreams_client_at_the_root_path_ends_with_an_acknowledgement(
+    server: ServerProcess, speech: np.ndarray, mode: str
+) -> None:
+    run = asyncio.run(upstream_client(root_url(server), to_s16le(speech), mode, itn=True))
+    assert run.subprotocol == "binary"
+    ack = run.acknowledgement
+    assert ack == {"mode": mode, "text": "", "wav_name": "demo", "is_final": True, "is_end": True}
+    assert run.messages[-1] is ack and run.close_code == 1000  # the client closed, cleanly
+    if mode == "online":
+        assert run.texts("2pass-online")  # the screen is not left blank at the end
+    else:
+        assert run.texts("2pass-offline") == v1_finals(server, speech)
+
+
+def test_upstreams_itn_flag_is_obeyed(server: ServerProcess, speech: np.ndarray) -> None:
+    plain = asyncio.run(upstream_client(root_url(server), to_s16le(speech), "offline", itn=False))
+    start = {"type": "start", "pace": "replay", "itn": False}
+    outcome = asyncio.run(run_session(server.url, to_s16le(speech), start=start, linger=60))
+    expected = [str(e["text"]) for e in outcome.of("final")]
+    assert plain.texts("2pass-offline") == expected
+    # The random test model answers a different prompt differently: ITN was really off.
+    assert expected != v1_finals(server, speech)
+
+
+def test_a_tls_client_on_the_plain_port_is_named_in_the_log(server: ServerProcess) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        pytest.raises((ssl.SSLError, OSError)),
+    ):
+        context.wrap_socket(raw, server_hostname="127.0.0.1")
+    server.wait_for(r"a TLS client connected to a plain ws:// port from 127\.0\.0\.1:\d+")
+    assert not any("Invalid HTTP request" in line for line in server.log)

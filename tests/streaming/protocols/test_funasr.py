@@ -515,7 +515,45 @@ def test_errors_failures_and_the_end() -> None:
     }
     assert failed["error"] == {"code": "backend_error", "message": "boom"}
     assert (failed["start_ms"], failed["end_ms"], failed["is_final"]) == (100, 900, False)
-    assert end == {"mode": "2pass-offline", "text": "", "wav_name": "a.wav", "is_final": True}
+    # The acknowledgement, as upstream's server sends it: the client's mode, `is_end`, and
+    # `is_final: false` with every error when something failed.
+    assert end == {
+        "mode": "2pass",
+        "text": "",
+        "wav_name": "a.wav",
+        "is_final": False,
+        "is_end": True,
+        "error": "invalid_field: bad audio_fs; backend_error: boom",
+    }
+
+
+@pytest.mark.parametrize("mode", ["offline", "online", "2pass"])
+def test_the_end_of_input_is_acknowledged_in_the_clients_mode(mode: str) -> None:
+    c = codec()
+    c.decode(config(mode=mode, wav_name="a.wav"))
+    (end,) = parsed(c.encode(Ended()))
+    assert end == {"mode": mode, "text": "", "wav_name": "a.wav", "is_final": True, "is_end": True}
+
+
+@pytest.mark.parametrize(
+    ("fields", "itn"),
+    [
+        ({"itn": False}, False),  # FunASR's own clients' name
+        ({"itn": True}, True),
+        ({"svs_itn": False}, False),
+        ({"itn": True, "svs_itn": False}, False),  # SenseVoice's own key is the more specific
+        ({}, True),
+    ],
+)
+def test_itn_is_read_under_either_name(fields: dict[str, bool], itn: bool) -> None:
+    (configure,) = codec().decode(config(**fields))
+    assert isinstance(configure, Configure) and configure.options.itn is itn
+
+
+def test_upstreams_end_marker_ends_the_input() -> None:
+    c = codec()
+    c.decode(config())
+    assert c.decode(json.dumps({"is_end": True}))[-1] == Stop()
 
 
 def test_an_error_about_a_config_message_still_names_its_stream() -> None:
@@ -639,17 +677,19 @@ def stream(client: FunasrSession, first: str, data: bytes, chunk: int = 19200) -
     client.send(config(is_speaking=False), 1.0)
 
 
-def check_envelope(messages: list[dict[str, Any]], wav_name: str) -> None:
-    """Every message has the four keys; exactly one is final, the last, with no text."""
-    for m in messages:
+def check_envelope(messages: list[dict[str, Any]], wav_name: str, mode: str) -> None:
+    """Every message has the four keys; exactly one is final, the last: the end-of-input
+    acknowledgement, in the client's mode, with no text."""
+    for m in messages[:-1]:
         assert {"mode", "text", "wav_name", "is_final"} <= set(m)
         assert m["mode"] in ("2pass-online", "2pass-offline") and m["wav_name"] == wav_name
     assert [m["is_final"] for m in messages].count(True) == 1
     assert messages[-1] == {
-        "mode": "2pass-offline",
+        "mode": mode,
         "text": "",
         "wav_name": wav_name,
         "is_final": True,
+        "is_end": True,
     }
 
 
@@ -675,7 +715,7 @@ def test_a_wav_file_through_a_session_gives_v1s_finals(mode: str) -> None:
     audio = to_s16le(tone_bursts([(0.5, 2.0), (3.0, 4.5)], 6.0))
     client = FunasrSession()
     stream(client, config(mode=mode, wav_name="t.wav", is_speaking=True), wav_header() + audio)
-    check_envelope(client.messages, "t.wav")
+    check_envelope(client.messages, "t.wav", mode)
     offline = [m for m in client.messages if m["mode"] == "2pass-offline" and not m["is_final"]]
     assert [m["text"] for m in offline] == v1_final_texts(audio)
     assert len(offline) == 2 and offline[0]["start_ms"] == 500
@@ -686,7 +726,7 @@ def test_online_mode_increments_add_up_to_each_final() -> None:
     audio = to_s16le(tone_bursts([(0.3, 3.3)], 4.0))
     client = FunasrSession(word_transcript)
     stream(client, config(mode="online"), audio, chunk=3200)
-    check_envelope(client.messages, "wav-default-id")
+    check_envelope(client.messages, "wav-default-id", "online")
     online = [m["text"] for m in client.messages if m["mode"] == "2pass-online"]
     assert len(online) >= 3  # partials streamed in increments
     assert "".join(online) == " ".join(v1_final_texts(audio, word_transcript))
@@ -709,7 +749,9 @@ def test_a_bad_message_mid_stream_still_delivers_owed_finals() -> None:
     for piece in chunks(audio, 19200):
         client.send(piece, 0.0)
     client.send(config(audio_fs=8000), 0.5)  # the format is fixed once audio flows
-    modes = [(m.get("error", {}).get("code"), m["is_final"]) for m in client.messages]
-    assert modes[0] == ("unexpected_message", False)
-    assert modes[-1] == (None, True) and len(modes) == 3  # error, the owed final, the end
-    assert client.messages[1]["text"] and client.close_code == 1002
+    first, owed, end = client.messages
+    assert (first["error"]["code"], first["is_final"]) == ("unexpected_message", False)
+    assert owed["text"] and not owed["is_final"]
+    # The end is acknowledged, and says the stream did not end well.
+    assert end["is_end"] and not end["is_final"] and "unexpected_message" in end["error"]
+    assert client.close_code == 1002
