@@ -142,6 +142,7 @@ class _Utterance:
     start: int
     last_partial: int
     window: PartialWindow
+    partial_text: str = ""
     partial_end: int = 0  # stream end of the audio behind the partial on show
     final_requested: bool = False
     decided: int | None = None  # stream samples received when the VAD closed it
@@ -676,8 +677,8 @@ class Session:
             return  # an early decode answered after a longer partial: keep the newer text
         utt.partial_end = end
         text = utt.window.accept(req.start_sample, end, t)
-        # Only settled text is stable: the final is composed on it, so it is never taken back.
-        stable = len(utt.window.settled_text)
+        stable = common_prefix(utt.partial_text, text)
+        utt.partial_text = text
         tags = {"lang": t.lang}
         if self._toggle("emotion"):
             tags["emotion"] = t.emotion
@@ -700,8 +701,6 @@ class Session:
         show = {name: self._toggle(name) for name in ("emotion", "event", "timestamps")}
         utt = self._utts.get(utt_id)
         decided = None if utt is None or utt.decided is None else samples_to_ms(utt.decided)
-        if utt is not None:  # the text its partials settled comes first, as promised
-            transcript = utt.window.compose(start, transcript)
         return Final(utt_id, samples_to_ms(start), samples_to_ms(stop), transcript, show, decided)
 
     def _deliver_finals(self) -> None:

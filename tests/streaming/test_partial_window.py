@@ -45,41 +45,13 @@ def test_without_hold_every_partial_is_the_whole_utterance() -> None:
         assert window.accept(800, end, decode(800, end)) == decode(800, end).text
 
 
-def test_a_whole_decode_cannot_take_back_the_settled_text() -> None:
-    # Settled text has been promised to clients (stable_chars, OpenAI deltas, FunASR
-    # online increments): a decode of the whole utterance, even one that heard more
-    # context, only adds what lies past the boundary.
+def test_a_whole_decode_replaces_the_settled_text() -> None:
     window = PartialWindow(0, hold_ms=1000, context_ms=500)
     window.accept(0, 4 * SR, decode(0, 4 * SR))
-    settled = window.settled_text
-    assert settled and window.window_start() > 0
+    assert window.window_start() > 0
+    # An early decode of the whole utterance heard more context: it wins outright.
     redo = transcript([Token(7, " other", 100, 300), Token(8, " words", 3500, 3700)])
-    text = window.accept(0, 5 * SR, redo)
-    assert text.startswith(settled) and text.endswith(" words") and "other" not in text
-    assert window.settled_text.startswith(settled)
-
-
-def test_the_final_is_composed_on_the_settled_text() -> None:
-    window = PartialWindow(SR, hold_ms=1000, context_ms=500)
-    window.accept(SR, 5 * SR, decode(SR, 5 * SR))
-    settled = window.settled_text
-    boundary_ms = (window.boundary - SR) * 1000 // SR
-    # The final decodes the whole utterance and hears its first word differently.
-    heard = [Token(7, " other", 100, 300), Token(8, " last", boundary_ms + 100, boundary_ms + 300)]
-    final = window.compose(SR, transcript(heard))
-    assert final.text == f"{settled} last"
-    # Every token on the final's clock, in order; the rich text follows the text.
-    starts = [t.start_ms for t in final.tokens]
-    assert starts == sorted(starts) and final.tokens[-1] == heard[-1]
-    assert final.rich_text == final.text
-
-
-def test_without_a_hold_nothing_settles_and_the_final_is_the_decode() -> None:
-    window = PartialWindow(0, hold_ms=0, context_ms=500)
-    window.accept(0, 5 * SR, decode(0, 5 * SR))
-    assert window.settled_text == ""
-    final = decode(0, 6 * SR)
-    assert window.compose(0, final) is final
+    assert window.accept(0, 5 * SR, redo) == "other words"
 
 
 def test_a_window_cannot_rewrite_settled_text() -> None:
