@@ -388,8 +388,12 @@ class Scheduler:
     def _oldest_arrival(self) -> float | None:
         candidates = []
         if self._finals:
-            # The oldest of either line: a bulk request's wait runs out like any other.
-            candidates.append(min(q.arrival for q in self._finals))
+            # Live finals line up before bulk ones, each line by arrival: the oldest of
+            # either is its line's first (a bulk request's wait runs out like any other).
+            candidates.append(self._finals[0].arrival)
+            first_bulk = bisect.bisect_left(self._finals, True, key=lambda q: q.bulk)
+            if first_bulk < len(self._finals):
+                candidates.append(self._finals[first_bulk].arrival)
         if self._partials:
             # Not just the first in line: a replaced partial keeps an older place.
             candidates.append(min(q.arrival for q in self._partials.values()))

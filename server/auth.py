@@ -54,8 +54,8 @@ def presented_token(request: HTTPConnection) -> bytes | None:
     return None
 
 
-#: In `--allowed-origins`: the server's own page (the default), and any origin at all.
-#: `self` names the own page, which is allowed anyway (kept so that lists naming it work).
+#: In `--allowed-origins`: the server's own page (allowed anyway; accepted so that lists
+#: naming it work), and any origin at all.
 SELF, ANY = "self", "*"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 #: What the request's own scheme is as a page's origin names it.

@@ -120,7 +120,7 @@ class ListenConfig:
         return tuple(o.strip() for o in (self.allowed_origins or "").split(",") if o.strip())
 
     def origin_policy(self) -> OriginPolicy:
-        """Which browser Origins may connect: `self` (the server's own page) unless listed."""
+        """Which browser Origins may connect: the server's own page, and what is listed."""
         return OriginPolicy.from_settings(self.origins, self.public_url, self.host)
 
     @property
