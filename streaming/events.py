@@ -61,7 +61,7 @@ class Partial:
     start_ms: int
     end_ms: int
     text: str
-    stable_chars: int  # this many leading characters agree with the previous partial
+    stable_chars: int  # this many leading characters are sure to start the final
     tags: Mapping[str, str] = field(default_factory=dict)
     channel: int | None = None  # in a multichannel stream: which channel
 

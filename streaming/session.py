@@ -117,22 +117,19 @@ def _same(request: RequestRef, other: InferenceRequest | None) -> bool:
     return other is not None and request.request_id == other.request_id
 
 
+# A partial's stable prefix promises text its final will contain. The final decodes the
+# whole utterance afresh and nothing ties it to an earlier decode, so only the final can
+# settle text: a partial promises none. (Composing the final on the partials' text would
+# settle sooner, but then the same audio gave different finals as partials ran or not.)
+SETTLED_CHARS = 0
+
+
 def samples_to_ms(samples: int) -> int:
     return samples * 1000 // SAMPLE_RATE
 
 
 def empty_transcript(itn: bool) -> Transcript:
     return Transcript("", "unknown", "unknown", "unknown", itn, "")
-
-
-def common_prefix(a: str, b: str) -> int:
-    """Length of the shared prefix: the characters a caption can show as settled."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -142,7 +139,6 @@ class _Utterance:
     start: int
     last_partial: int
     window: PartialWindow
-    partial_text: str = ""
     partial_end: int = 0  # stream end of the audio behind the partial on show
     final_requested: bool = False
     decided: int | None = None  # stream samples received when the VAD closed it
@@ -677,8 +673,6 @@ class Session:
             return  # an early decode answered after a longer partial: keep the newer text
         utt.partial_end = end
         text = utt.window.accept(req.start_sample, end, t)
-        stable = common_prefix(utt.partial_text, text)
-        utt.partial_text = text
         tags = {"lang": t.lang}
         if self._toggle("emotion"):
             tags["emotion"] = t.emotion
@@ -686,7 +680,7 @@ class Session:
             tags["event"] = t.event
         start_ms = samples_to_ms(utt.start)
         self._events.append(
-            Partial(req.utterance_id, start_ms, samples_to_ms(end), text, stable, tags)
+            Partial(req.utterance_id, start_ms, samples_to_ms(end), text, SETTLED_CHARS, tags)
         )
 
     def _final_event(

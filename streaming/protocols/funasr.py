@@ -7,6 +7,12 @@ server's (`2pass-online` for new partial text, `2pass-offline` for an utterance'
 whatever mode the client asked for: funasr-client merges only `2pass-offline` results, so
 the offline server's `offline` string would leave its file transcripts empty.
 
+Online text only ever appends. In `online` mode nothing later replaces it, so it carries
+only text the final is sure to keep (SenseVoice settles text at the final, so an online
+client gets each utterance's text when it ends). In `2pass` mode the utterance's
+`2pass-offline` result replaces its online text on the client, so provisional text goes out
+as it appears: the part two partials in a row agree on.
+
 The last message is the end-of-input acknowledgement as upstream's Python server sends
 it: the client's own mode, empty text, `is_end: true`, and `is_final: true` unless
 something failed (then `is_final: false` and an `error` string). Older clients only look
@@ -32,7 +38,6 @@ from streaming.protocols.funasr_config import FunasrConfig, read_message
 from streaming.protocols.funasr_stamps import stamp_fields
 from streaming.protocols.funasr_wav import WavInfo, WavStripper
 from streaming.protocols.json_text import load_object
-from streaming.session import common_prefix
 
 #: Hotword lists can be long, so text frames may be larger than protocol v1's.
 MAX_TEXT_BYTES = 64 * 1024
@@ -42,6 +47,16 @@ ONE_STREAM = (
     "the input has ended: this server takes one stream per connection; "
     "open a new connection for the next one"
 )
+
+
+def common_prefix(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class FunasrCodec:
@@ -55,6 +70,7 @@ class FunasrCodec:
         self._header: WavInfo | None = None
         self._stopped = False
         self._online_sent: dict[int, str] = {}  # utterance -> its text sent as 2pass-online
+        self._last_partial: dict[int, str] = {}  # utterance -> its latest partial's text
         self._errors: list[str] = []  # what failed, for the acknowledgement
 
     @property
@@ -92,7 +108,7 @@ class FunasrCodec:
             case Final():
                 return self._final(event)
             case Failed():
-                self._online_sent.pop(event.utt_id, None)
+                self._forget(event.utt_id)
                 times = {"start_ms": event.start_ms, "end_ms": event.end_ms}
                 return (self._error(event.code, event.message, times),)
             case ErrorEvent():
@@ -168,24 +184,41 @@ class FunasrCodec:
     # ---- encoding -----------------------------------------------------------------
 
     def _online(self, partial: Partial) -> Sequence[Frame]:
-        """New settled text as a 2pass-online increment (clients append every increment)."""
+        """New text as a 2pass-online increment (clients append every increment)."""
         if self._config.mode == "offline":
             return ()
+        settled = partial.text[: self._settled_chars(partial)]
         sent = self._online_sent.get(partial.utt_id, "")
-        stable = partial.text[: partial.stable_chars]
-        # Only growth of the settled prefix is sent: text once sent cannot be taken back.
-        if len(stable) <= len(sent) or not stable.startswith(sent):
+        # Only growth is sent: text once sent cannot be taken back.
+        if len(settled) <= len(sent) or not settled.startswith(sent):
             return ()
-        self._online_sent[partial.utt_id] = stable
-        return (self._message(ONLINE, stable[len(sent) :]),)
+        self._online_sent[partial.utt_id] = settled
+        return (self._message(ONLINE, settled[len(sent) :]),)
+
+    def _settled_chars(self, partial: Partial) -> int:
+        """How much of a partial may go out as online text in the client's mode."""
+        if self._config.mode == "online":
+            # Nothing replaces an online client's text: only what the final is sure to keep.
+            return partial.stable_chars
+        # A 2pass client replaces an utterance's online text with its 2pass-offline result,
+        # as upstream's own online pass is replaced, so provisional text may go out: the part
+        # two partials in a row agree on.
+        previous = self._last_partial.get(partial.utt_id, "")
+        self._last_partial[partial.utt_id] = partial.text
+        return max(partial.stable_chars, common_prefix(previous, partial.text))
+
+    def _forget(self, utt_id: int) -> str:
+        """Drop an ended utterance's online state; returns the online text it was sent."""
+        self._last_partial.pop(utt_id, None)
+        return self._online_sent.pop(utt_id, "")
 
     def _final(self, final: Final) -> Sequence[Frame]:
-        sent = self._online_sent.pop(final.utt_id, "")
+        sent = self._forget(final.utt_id)
         text = final.transcript.text
         if self._config.mode != "online":
             return (self._message(OFFLINE, text, **_final_fields(final)),)
-        # Online clients see only increments: send what the final adds, so no words are
-        # lost (after a revision the client's text keeps its stale part; it cannot be undone).
+        # Online clients see only increments: send what the final adds to the text already
+        # sent (a prefix of it, as partials promise; were it not, no word would be lost).
         rest = text[common_prefix(sent, text) :]
         return (self._message(ONLINE, rest),) if rest else ()
 

@@ -222,7 +222,8 @@ def test_upstreams_client_at_the_root_path_ends_with_an_acknowledgement(
     assert ack == {"mode": mode, "text": "", "wav_name": "demo", "is_final": True, "is_end": True}
     assert run.messages[-1] is ack and run.close_code == 1000  # the client closed, cleanly
     if mode == "online":
-        assert run.texts("2pass-online")  # the screen is not left blank at the end
+        # The screen ends with each utterance's final text, and never shows anything else.
+        assert run.texts("2pass-online") == v1_finals(server, speech)
     else:
         assert run.texts("2pass-offline") == v1_finals(server, speech)
 

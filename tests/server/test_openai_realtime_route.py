@@ -135,7 +135,7 @@ def completed(count: int) -> Callable[[list[Any]], bool]:
 
 
 def check_items(events: list[Any]) -> None:
-    """Each utterance's events share one item id, and deltas stream before speech ends."""
+    """Each utterance's events share one item id, and its deltas add up to its transcript."""
     started = of(events, "input_audio_buffer.speech_started")
     stopped = of(events, "input_audio_buffer.speech_stopped")
     committed = of(events, "input_audio_buffer.committed")
@@ -150,9 +150,10 @@ def check_items(events: list[Any]) -> None:
         assert extras["end_ms"] == stopped[i].audio_end_ms
     ids = [e.event_id for e in events]
     assert len(set(ids)) == len(ids)
-    # Deltas arrive while a person speaks: before the utterance's speech_stopped.
-    first_stop = events.index(stopped[0])
-    assert any(e.type == DELTA for e in events[:first_stop])
+    # Deltas only append and promise only what the transcript keeps (issue 33).
+    for final in finals:
+        deltas = [e.delta for e in of(events, DELTA) if e.item_id == final.item_id]
+        assert "".join(deltas) == final.transcript
 
 
 async def transcribe_english(conn: Any, fmt: WireFormat) -> None:

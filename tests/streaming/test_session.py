@@ -16,7 +16,7 @@ from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
 from streaming.protocols.v1 import V1Codec, dump_event, ready_config
 from streaming.segmenter import SegmenterConfig
-from streaming.session import Session, SessionConfig, common_prefix
+from streaming.session import Session, SessionConfig
 from streaming.vad_types import VadConfig
 from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import (
@@ -189,10 +189,21 @@ def test_partials_of_a_long_utterance_decode_a_bounded_tail(hold_ms: int) -> Non
     assert final.start_sample == int(0.2 * SR) and final.num_samples >= 10 * SR
 
 
-def test_stable_chars_is_the_settled_prefix() -> None:
-    assert common_prefix("hello wor", "hello world") == 9
-    assert common_prefix("", "abc") == 0
-    assert common_prefix("abc", "abd") == 2
+def test_partials_promise_no_text_before_the_final() -> None:
+    # The final decodes the utterance afresh, so no partial text is sure to be in it: each
+    # partial's text grows, yet none of it counts as settled (issue 33).
+    audio = tone_bursts([(0.2, 5.2)], 6.0)
+    session = make_session(partials=PartialPolicy(interval_ms=400, adaptive=False))
+    events: list = []
+    for i, piece in enumerate(chunks(to_s16le(audio), 3200)):
+        session.receive_audio(piece, now=i * 0.1)
+        for r in session.requests_to_submit():
+            session.receive_result(InferenceResult(r.ref, word_transcript(r)), now=i * 0.1)
+        events += session.events_to_send()
+    partials = [e for e in events if isinstance(e, Partial)]
+    assert len(partials) >= 5
+    assert all(b.text.startswith(a.text) for a, b in itertools.pairwise(partials))
+    assert all(p.stable_chars == 0 for p in partials)
 
 
 def test_finals_are_delivered_in_utterance_order() -> None:

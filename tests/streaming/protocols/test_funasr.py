@@ -36,7 +36,7 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import SessionLimits
-from streaming.protocols.funasr import MAX_TEXT_BYTES, FunasrCodec
+from streaming.protocols.funasr import MAX_TEXT_BYTES, FunasrCodec, common_prefix
 from streaming.protocols.funasr_config import parse_client_text, parse_hotwords
 from streaming.protocols.funasr_stamps import split_sentences, stamp_fields
 from streaming.segmenter import SegmenterConfig
@@ -460,11 +460,34 @@ def test_online_text_is_per_utterance_and_survives_dropped_partials() -> None:
     c = codec()
     # The outbox may replace unsent partials: growth is measured against what was sent.
     events: list[SessionEvent] = [
-        partial("one two", 4, 0),
-        partial("uno", 3, 1),
-        partial("one two three", 13, 0),
+        partial("one two", 0, 0),
+        partial("uno", 0, 1),
+        partial("one two three", 0, 0),  # agrees with "one two" on its whole length
+        partial("uno dos", 0, 1),
+        partial("one two three four", 0, 0),
     ]
-    assert online_texts(c, events) == ["one ", "uno", "two three"]
+    assert online_texts(c, events) == ["one two", "uno", " three"]
+
+
+def test_2pass_online_text_is_what_two_partials_agree_on_or_what_is_promised() -> None:
+    c = codec()
+    c.decode(config(mode="2pass"))
+    assert online_texts(c, [partial("Hello there", 0), partial("Hello the", 0)]) == ["Hello the"]
+    assert online_texts(c, [partial("Hello there my", 14)]) == ["re my"]
+
+
+def test_online_mode_sends_only_promised_text() -> None:
+    c = codec()
+    c.decode(config(mode="online"))
+    # Two partials agree, but nothing is promised: an online client would keep it forever.
+    assert online_texts(c, [partial("Hello there", 0), partial("Hello there", 0)]) == []
+    assert online_texts(c, [partial("Hello there", 6)]) == ["Hello "]
+
+
+def test_common_prefix_counts_shared_leading_characters() -> None:
+    assert common_prefix("hello wor", "hello world") == 9
+    assert common_prefix("", "abc") == 0
+    assert common_prefix("abc", "abd") == 2
 
 
 def test_2pass_sends_online_increments_then_the_offline_sentence() -> None:
@@ -723,13 +746,25 @@ def test_a_wav_file_through_a_session_gives_v1s_finals(mode: str) -> None:
 
 
 def test_online_mode_increments_add_up_to_each_final() -> None:
-    audio = to_s16le(tone_bursts([(0.3, 3.3)], 4.0))
+    audio = to_s16le(tone_bursts([(0.3, 3.3), (4.0, 5.5)], 6.0))
     client = FunasrSession(word_transcript)
     stream(client, config(mode="online"), audio, chunk=3200)
     check_envelope(client.messages, "wav-default-id", "online")
     online = [m["text"] for m in client.messages if m["mode"] == "2pass-online"]
-    assert len(online) >= 3  # partials streamed in increments
-    assert "".join(online) == " ".join(v1_final_texts(audio, word_transcript))
+    # Nothing replaces online text, and partials promise none: each utterance's text comes
+    # whole when its final does (issue 33), so nothing shown is ever wrong.
+    assert online == v1_final_texts(audio, word_transcript)
+
+
+def test_2pass_mode_streams_provisional_text_that_the_offline_result_replaces() -> None:
+    audio = to_s16le(tone_bursts([(0.3, 3.3)], 4.0))
+    client = FunasrSession(word_transcript)
+    stream(client, config(mode="2pass"), audio, chunk=3200)
+    modes = [m["mode"] for m in client.messages[:-1]]  # the last is the acknowledgement
+    assert modes.count("2pass-online") >= 3 and modes[-1] == "2pass-offline"
+    assert modes.index("2pass-offline") == len(modes) - 1  # online text came during speech
+    texts = [m["text"] for m in client.messages[:-1]]
+    assert [texts[-1]] == v1_final_texts(audio, word_transcript)
 
 
 def test_8khz_audio_is_resampled_like_v1() -> None:
