@@ -476,7 +476,8 @@ class App:
             codec = route.make_codec(self._handshake(websocket), self.codec_settings(claim))
         except ProtocolError as exc:  # the handshake itself is refused (a bad signature)
             self.metrics.protocol_error(exc.code)
-            return text_response(403 if exc.code == "unauthorized" else 400, exc.message + "\n")
+            status = HANDSHAKE_REFUSALS.get(exc.code, 400)
+            return text_response(status, exc.message + "\n")
         return codec, claim
 
     def codec_settings(self, claim: Claim) -> CodecSettings:
@@ -487,6 +488,7 @@ class App:
             self.config.limits.session_limits(),
             claim.check,
             self.config.listen.twilio_auth_token,
+            self.config.listen.audiohook_secret(),
         )
 
     def _handshake(self, websocket: WebSocket) -> Handshake:
@@ -634,6 +636,10 @@ MAX_SUBSCRIBERS = 32
 #: What may wait in user space for one WebSocket client before sends wait (asyncio's own
 #: default is 64 KiB; --send-buffer-bytes sets both this and the kernel's buffer).
 WRITE_BUFFER_BYTES = 32 * 1024
+
+#: The HTTP status refusing a handshake a codec's factory rejects, by error code: Twilio
+#: answers a bad X-Twilio-Signature with 403; Genesys expects 401 for a bad signature.
+HANDSHAKE_REFUSALS = {"unauthorized": 403, "bad_signature": 401}
 
 #: Subprotocols clients insist on: FunASR's clients ask for "binary", OpenAI's browser
 #: clients for "realtime" (a browser drops a socket whose server picks none it offered).

@@ -31,6 +31,7 @@ from server.engine_url import parse_engine_url
 from server.webhooks import url_parts
 from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
+from streaming.protocols.audiohook_signature import decode_secret
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
 from streaming.vad_types import VadConfig
@@ -59,6 +60,10 @@ class ListenConfig:
     # Twilio signs each Media Streams handshake with the account's auth token; set it
     # (best through SENSESTREAM_TWILIO_AUTH_TOKEN) and /twilio refuses unsigned ones.
     twilio_auth_token: str | None = None
+    # Genesys signs each AudioHook handshake (RFC 9421) with the integration's client
+    # secret (base64, as Genesys shows it); set it (best through
+    # SENSESTREAM_AUDIOHOOK_CLIENT_SECRET) and /audiohook refuses unsigned ones with 401.
+    audiohook_client_secret: str | None = None
     # Per-stream webhooks: URL prefixes a session may name (comma-separated), and the
     # secret that signs every body (both needed; without them webhooks are refused).
     webhook_allow: str | None = None
@@ -71,6 +76,12 @@ class ListenConfig:
     # limits. Only list proxies that overwrite or append to that header: anyone else could
     # name any address.
     forwarded_allow_ips: str | None = None
+
+    def audiohook_secret(self) -> bytes | None:
+        """The AudioHook client secret's bytes, or None when handshakes go unchecked."""
+        if self.audiohook_client_secret is None:
+            return None
+        return decode_secret(self.audiohook_client_secret)
 
     def __post_init__(self) -> None:
         TrustedProxies.parse(self.forwarded_allow_ips)  # raises for anything but IPs, CIDRs
@@ -96,6 +107,7 @@ class ListenConfig:
         ):
             raise ValueError("public_url must be an http:// or https:// URL")
         self.origin_policy()  # a malformed allowed_origins entry fails at start-up
+        self.audiohook_secret()  # so does a client secret that is not base64
         for prefix in self.webhook_prefixes:
             parts = urlsplit(prefix)
             if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -115,6 +115,12 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class Cut:
+    """End any utterance in progress here, as `Commit` does, but with none it is no error:
+    a protocol event that marks a boundary in the call (AudioHook's `update`, `paused`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Clear:
     """Drop the audio of the current utterance without decoding it."""
 
@@ -132,4 +138,4 @@ class Mark:
     token: str
 
 
-Command = Configure | Audio | Commit | Clear | Stop | Mark
+Command = Configure | Audio | Commit | Cut | Clear | Stop | Mark

@@ -32,6 +32,7 @@ from streaming.commands import (
     Command,
     Commit,
     Configure,
+    Cut,
     Mark,
     Stop,
     StreamOptions,
@@ -209,7 +210,9 @@ class Session:
             case Configure():
                 self._configure(command)
             case Commit():
-                self._commit(now)
+                self._commit(now, required=True)
+            case Cut():
+                self._commit(now, required=False)
             case Clear():
                 self._clear(now)
             case Stop():
@@ -465,9 +468,12 @@ class Session:
             if inline:
                 self._run_blocks_inline(now)
 
-    def _commit(self, now: float) -> None:
+    def _commit(self, now: float, required: bool) -> None:
+        """End the open utterance here; `required`: having none is the client's error."""
         self._flush_audio(now, final=False)
         if self._segmenter.open_utt_id is None:
+            if not required:
+                return
             raise EmptyCommitError("there is no uncommitted audio to commit")
         for event in self._segmenter.commit(self._fed):
             self._on_segment(event, now, StopCause.COMMIT)

@@ -13,6 +13,7 @@ import pytest
 from tests.speech import Clip, make_clips
 
 REPO = Path(__file__).resolve().parent.parent
+DEMO_MODEL = REPO / "models" / "demo"
 
 
 def build_test_model(out: Path, size: str = "tiny", seed: int = 0) -> Path:
@@ -61,6 +62,30 @@ def _private_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_test_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed demo model, seen through a folder of links, with fp32 ONNX beside it.
+
+    The server exports ONNX beside a model it can write to; through the links the export
+    lands in a temporary folder, never in the checkout.
+    """
+    from engine.loader import ensure_onnx  # the engine only for the tests that use it
+    from engine.model_dir import DEMO_MODEL_MARKER, load_model_dir
+
+    if not (DEMO_MODEL / DEMO_MODEL_MARKER).is_file():
+        pytest.fail(
+            f"no demo model in {DEMO_MODEL} (no {DEMO_MODEL_MARKER}): tests that need real "
+            "words need it; build it with `python scripts/train_demo_model.py all`",
+            pytrace=False,
+        )
+    view = tmp_path_factory.mktemp("demo-model")
+    for item in DEMO_MODEL.iterdir():
+        if item.is_file():
+            (view / item.name).symlink_to(item)
+    ensure_onnx(load_model_dir(view), "fp32")
+    return view
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,14 @@ none). Binary frames then carry headerless μ-law, channels interleaved. Client 
 messages must count `seq` up by exactly one from 1, and every server message counts its
 own `seq` from 1 and echoes in `clientseq` the last client seq seen (a `pong`, the
 `ping`'s). `ping` gets `pong`. `paused`/`resumed` (Genesys pauses; this server never asks
-to) stop and restart the audio; audio while paused is an error. Positions count the audio
-a pause or a `discarded` message dropped: see `audiohook_timeline`. `update` may change the
-language (tags must be BCP 47 in shape, as they are echoed in transcripts). `error`,
+to) stop and restart the audio: a pause ends the utterances in progress where it falls,
+and a repeated `paused` changes nothing; audio while paused is an error. `discarded`
+reports audio the client dropped. Positions count both gaps (see `audiohook_timeline`):
+a pause's is filled with silence (a few seconds at most), a discard's is not, since the
+client may go on sending without a gap. `update` ends the utterances in progress where
+it falls and may change the language of the next ones (tags must be BCP 47 in shape, as
+they are echoed in transcripts). So do Genesys' reference server and its API test
+suite. `error`,
 `dtmf`, `playback_started` and `playback_completed` change nothing. `close` ends the
 stream, and `closed` goes out after every owed final; the client then closes the socket.
 Finals go back as transcript events (see `audiohook_transcript`); partials are not sent
@@ -22,9 +27,9 @@ reason `error` (`unauthorized` for a refused key) and the error, cut to MAX_INFO
 its `info`, then the close. A server shutdown ends it with a `disconnect` of reason
 `completed`, unless the client has already sent `close` (then `closed` answers it). After
 a `disconnect` no `closed` is sent: the reference server, too, sends `closed` only from
-its closing state. Not supported: server-asked pause and resume, `reconnect` and
-continued sessions, L16 audio, and the HTTP message signature Genesys adds when the
-integration has a client secret (the API key is checked; the signature is not).
+its closing state. With a client secret, the handshake's signature is checked before the
+upgrade (`audiohook_signature`). Not supported: server-asked pause and resume,
+`reconnect` and continued sessions, L16 audio.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from streaming.audio import AudioFormat
-from streaming.commands import Audio, Command, Configure, Mark, Stop, StreamOptions
+from streaming.commands import Audio, Command, Configure, Cut, Mark, Stop, StreamOptions
 from streaming.errors import (
     InvalidAudioError,
     InvalidFieldError,
@@ -64,6 +69,7 @@ from streaming.protocols.audiohook_messages import (
     server_message,
     uuid_field,
 )
+from streaming.protocols.audiohook_signature import check_handshake
 from streaming.protocols.audiohook_timeline import Timeline
 from streaming.protocols.audiohook_transcript import (
     SUPPORTED_LANGUAGES,
@@ -76,13 +82,13 @@ from streaming.protocols.base import Codec, CodecSettings, Frame, Handshake
 
 #: After `closed` the client closes the socket; it gets this long to do it first.
 CLIENT_CLOSE_GRACE_S: Final = 5.0
-#: The longest gap (a pause, discarded audio) filled with silence: six times the VAD's
-#: default end silence (500 ms), so the utterance a gap cut ends on the fill. The decoder,
+#: The longest gap of a pause filled with silence, so the stream's own times (what
+#: subscribers see) stay AudioHook's positions across short pauses. The decoder,
 #: resampler and VAD run on the fill in one step of the event loop, ~13 ms of one core per
 #: second of stereo (FSMN VAD, a 2-vCPU Xeon), so a fill holds the loop ~40 ms. Beyond it
 #: the gap is skipped, and transcript offsets still count it (see the timeline). Fill is
 #: audio to the session's pace (2x real time and a 5 s burst by default), so a client
-#: repeating `discarded` is paced as one sending audio too fast would be.
+#: repeating pauses is paced as one sending audio too fast would be.
 MAX_FILL_S: Final = 3
 #: The longest `info` a `disconnect` carries: an error may quote a long client value.
 MAX_INFO_CHARS: Final = 1000
@@ -184,14 +190,18 @@ class AudioHookCodec:
             case "ping":
                 return (Mark(str(msg.seq)),)  # its Marked is the pong
             case "paused":
+                if self._paused:
+                    return ()  # Genesys' client repeats it: the first one paused
                 self._paused = True
-                return ()
+                return (Cut(),)
             case "resumed":
                 return self._resumed(msg)
             case "discarded":
                 start = duration_field(msg.parameters, "start", "discarded: ")
                 dropped = duration_field(msg.parameters, "discarded", "discarded: ")
-                return self._fill(start + dropped)
+                # Skipped, not filled: the client may go on sending the audio it reports.
+                self._timeline.close_gap(start + dropped, fill_ok=False)
+                return ()
             case "update":
                 return self._update(msg)
         raise UnknownMessageTypeError(f"{msg.type!r} is not an AudioHook client message")
@@ -248,16 +258,18 @@ class AudioHookCodec:
         return tuple(Audio(data[i : i + second]) for i in range(0, len(data), second))
 
     def _update(self, msg: ClientMessage) -> Sequence[Command]:
+        """The utterances in progress end here; a new language applies to the next ones."""
+        cut: tuple[Command, ...] = (Cut(),)
         if msg.parameters.get("language") is None:
-            return ()  # the field is optional: an update of something this server keeps none of
+            return cut  # the field is optional: an update of nothing this server keeps
         tag = language_field(msg.parameters.get("language"), "update: ")
         self._language = tag
         configure = self._configure
         language = stream_language(tag)
         if configure is None or configure.options.language == language:
-            return ()
+            return cut
         self._configure = replace(configure, options=replace(configure.options, language=language))
-        return self._reply(None, msg, {})
+        return (*cut, *self._reply(None, msg, {}))
 
     def _close(self, msg: ClientMessage) -> Sequence[Command]:
         reason = msg.parameters.get("reason")
@@ -358,7 +370,15 @@ class AudioHookCodec:
             return ()
         entity_id = transcript_id(self._id or NULL_UUID, final.channel or 0, final.utt_id)
         language = language_tag(final.transcript.lang, self._language)
-        position = self._timeline.position_ms
+        # An utterance sits on AudioHook's timeline from where it began, its audio
+        # contiguous: a discard reported mid-speech moves the utterances after it, and the
+        # one in progress keeps the length of the audio heard (as Genesys' reference
+        # server and its suite count it; the client may have sent that audio after all).
+        origin = self._timeline.position_ms(final.start_ms) - final.start_ms
+
+        def position(stream_ms: int) -> int:
+            return origin + stream_ms
+
         entity = transcript_entity(final, entity_id, position, language)
         if len(self._next("event", {"entities": [entity]}).encode()) > MAX_TEXT_BYTES:
             # Over the client's cap with its words (a long utterance): the text alone.
@@ -367,7 +387,10 @@ class AudioHookCodec:
 
 
 def make_audiohook_codec(handshake: Handshake, settings: CodecSettings) -> Codec:
-    """The codec for one AudioHook connection, named by its `Audiohook-Session-Id`."""
+    """The codec for one AudioHook connection, named by its `Audiohook-Session-Id`; with a
+    client secret, a handshake Genesys did not sign is refused (SignatureError)."""
+    if settings.audiohook_client_secret is not None:
+        check_handshake(handshake, settings.audiohook_client_secret)
     header = handshake.headers.get("audiohook-session-id")
     session_id = None
     if header is not None:

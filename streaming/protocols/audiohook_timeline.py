@@ -4,14 +4,15 @@ AudioHook's `position` is the client's place in the call's audio: after a pause 
 reports (`resumed`: `start`, `discarded`) that the audio of the pause was dropped, and the
 stream goes on at `start + discarded`; a `discarded` message says the same of audio the
 client had to drop while streaming. Positions count that dropped audio, and transcript
-offsets are positions. So each gap is filled with silence, up to `max_fill` samples at a
-time: the stream's own positions (what subscribers see) then stay AudioHook's, and the
-VAD, hearing silence, ends the utterance the pause cut. Silence is not free (the VAD runs
-on it, in one step of the event loop), so a longer gap fills `max_fill` and skips the
-rest: from there, stream positions trail AudioHook's by the skipped time, and this
-timeline adds it back to every offset sent to the client. A gap before any audio is
-skipped whole (a session's rate limit starts with its first audio, so a long fill there
-would look like a burst).
+offsets are positions. A pause's gap is filled with silence, up to `max_fill` samples at
+a time, so the stream's own positions (what subscribers see) stay AudioHook's. Silence is
+not free (the VAD runs on it, in one step of the event loop), so a longer gap fills
+`max_fill` and skips the rest, and a `discarded` gap is skipped whole (Genesys' client
+may report a discard and go on sending without a gap: inserting audio there would split
+an utterance). From a skip on, stream positions trail AudioHook's by the skipped time,
+and this timeline adds it back to every offset sent to the client. A gap before any
+audio is skipped whole (a session's rate limit starts with its first audio, so a long
+fill there would look like a burst).
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ class Timeline:
         """Audio received: the stream and the timeline move on together."""
         self.samples += samples
 
-    def close_gap(self, target: int) -> int:
-        """Move to `target` (an AudioHook position); the samples of silence to add for it.
+    def close_gap(self, target: int, fill_ok: bool = True) -> int:
+        """Move to `target` (an AudioHook position); the samples of silence to add for it
+        (none unless `fill_ok`).
 
         Nothing when `target` is not ahead (a client's positions may lag ours by a frame).
         """
         gap = target - self.position
         if gap <= 0:
             return 0
-        fill = min(gap, self.max_fill) if self.samples > 0 else 0
+        fill = min(gap, self.max_fill) if self.samples > 0 and fill_ok else 0
         self.samples += fill
         if gap > fill:
             self.skipped += gap - fill

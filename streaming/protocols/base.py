@@ -41,12 +41,14 @@ class CodecSettings:
 
     `check_key` judges an API key a protocol carries in its messages (a platform that
     cannot set headers); it says True for any key when the server has none.
-    `twilio_auth_token`, when set, is the secret Twilio signs its handshakes with.
+    `twilio_auth_token`, when set, is the secret Twilio signs its handshakes with;
+    `audiohook_client_secret` the one Genesys signs AudioHook's with.
     """
 
     limits: SessionLimits = field(default_factory=SessionLimits)
     check_key: Callable[[str | None], bool] = _any_key
     twilio_auth_token: str | None = None
+    audiohook_client_secret: bytes | None = None
 
 
 class Codec(Protocol):

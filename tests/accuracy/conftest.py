@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.loader import BackendOptions, create_backend, ensure_onnx
-from engine.model_dir import DEMO_MODEL_MARKER, load_model_dir
+from engine.loader import BackendOptions, create_backend
+from engine.model_dir import load_model_dir
 from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
 from tests.accuracy.corpus import AudioFile, make_test_set
@@ -19,9 +19,8 @@ from tests.accuracy.paths import LANGUAGE, Server, hypotheses, joined
 from tests.server.conftest import ServerProcess
 from tools.demo_model.evaluate import wer
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO_MODEL = REPO / "models" / "demo"
-#: The server's (tests/server/conftest.py), so the offline decode runs what it runs.
+#: The server's (tests/server/conftest.py), so the offline decode runs what it runs (the
+#: `demo_model` fixture, tests/conftest.py, exports fp32 ONNX beside it).
 BACKEND = BackendOptions(backend="onnx", precision="fp32")
 OPTIONS = DecodeOptions(language=LANGUAGE, itn=True)
 #: The offline reference decodes each sentence alone (its own span and CONTEXT_S of the
@@ -49,27 +48,6 @@ class Decoded:
     def texts(self) -> str:
         pairs = zip(self.references, self.hypotheses, strict=True)
         return "\n".join(f"  REF: {r}\n  HYP: {h}" for r, h in pairs)
-
-
-@pytest.fixture(scope="session")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed demo model, seen through a folder of links.
-
-    The server exports ONNX beside a model it can write to; through the links the export
-    lands in a temporary folder, never in the checkout.
-    """
-    if not (DEMO_MODEL / DEMO_MODEL_MARKER).is_file():
-        pytest.fail(
-            f"no demo model in {DEMO_MODEL} (no {DEMO_MODEL_MARKER}): the accuracy tests "
-            "need it; build it with `python scripts/train_demo_model.py all`",
-            pytrace=False,
-        )
-    view = tmp_path_factory.mktemp("demo-model")
-    for item in DEMO_MODEL.iterdir():
-        if item.is_file():
-            (view / item.name).symlink_to(item)
-    ensure_onnx(load_model_dir(view), BACKEND.resolved_precision())
-    return view
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,12 @@
 
 It opens with the AudioHook headers (`X-API-KEY` when given), offers stereo PCMU at 8 kHz
 (and each channel alone), waits for `opened`, streams the call's interleaved μ-law frames
-at the call's pace (times `speed`), sends a `ping` when the call reaches `ping_at_s`,
-pauses once if asked (no audio for the pause: live audio is lost, so `resumed` reports it
-`discarded` and the position jumps by it, as Genesys's own live client does), then sends
-`close` and waits for `closed` before closing the socket. Every server message is kept;
+at the call's pace (times `speed`), sends a `ping` when the call reaches `ping_at_s` and
+any other `messages` where they fall, pauses once if asked (no audio for the pause: live
+audio is lost, so `resumed` reports it `discarded` and the position jumps by it, as
+Genesys's own live client does; or, as Genesys' reference test client does, the audio
+waits and goes on where it paused, `discarded` zero), then sends `close` and waits for
+`closed` before closing the socket. Every server message is kept;
 what breaks AudioHook's rules on the server's side (a seq that does not count up by one, a
 pong for another ping, a binary frame) is listed in `problems`, never raised mid-call.
 
@@ -16,24 +18,46 @@ may be up to 2.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import secrets
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+
+from tests.callcentre.rfc9421 import sign_hmac_sha256
 
 RATE = 8000
 
 
 @dataclass(frozen=True)
 class Pause:
-    """A pause of the call's audio: from `at_s` (call time) for `seconds`."""
+    """A pause of the call's audio: from `at_s` (call time) for `seconds`.
+
+    `lost`: the call's audio of the pause is dropped (a live call); else it waits and the
+    call goes on where it paused. `paused` is sent `times` times (Genesys' test client
+    sends it twice).
+    """
 
     at_s: float
     seconds: float
+    lost: bool = True
+    times: int = 1
+
+
+@dataclass(frozen=True)
+class TimedMessage:
+    """A client message sent once the call's audio reaches `at_s` (`update`, `discarded`)."""
+
+    at_s: float
+    type: str
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,8 +71,11 @@ class AudioHookCall:
     speed: float = 1.0
     ping_at_s: float | None = None
     pause: Pause | None = None
+    messages: tuple[TimedMessage, ...] = ()
     language: str = "en-US"
     api_key: str | None = None
+    # Genesys signs the handshake (RFC 9421) when the integration has a client secret.
+    client_secret: bytes | None = None
     session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     organization_id: str = "d7934305-0972-4844-938e-9060eef73d05"
     reply_timeout_s: float = 30.0
@@ -163,7 +190,7 @@ def _open_parameters(call: AudioHookCall) -> dict[str, Any]:
     }
 
 
-def _headers(call: AudioHookCall) -> dict[str, str]:
+def _headers(call: AudioHookCall, url: str) -> dict[str, str]:
     headers = {
         "Audiohook-Organization-Id": call.organization_id,
         "Audiohook-Correlation-Id": str(uuid.uuid4()),
@@ -171,7 +198,39 @@ def _headers(call: AudioHookCall) -> dict[str, str]:
     }
     if call.api_key is not None:
         headers["X-API-KEY"] = call.api_key
+    if call.client_secret is not None and call.api_key is not None:
+        headers |= genesys_signature(url, headers, call.api_key, call.client_secret)
     return headers
+
+
+def genesys_signature(
+    url: str, headers: dict[str, str], api_key: str, secret: bytes, now: float | None = None
+) -> dict[str, str]:
+    """The signature fields Genesys adds to an AudioHook handshake (its reference client's
+    components and parameters: 30 s of life, a random nonce)."""
+    parts = urlsplit(url)
+    created = int(time.time() if now is None else now)
+    # RFC 9110 §4.2.3: the authority without its scheme's default port, lower case.
+    default = {"ws": 80, "http": 80, "wss": 443, "https": 443}.get(parts.scheme)
+    authority = (parts.hostname or "").lower()
+    if parts.port is not None and parts.port != default:
+        authority += f":{parts.port}"
+    components = {
+        "@request-target": (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+        "@authority": authority,
+        "audiohook-organization-id": headers["Audiohook-Organization-Id"],
+        "audiohook-session-id": headers["Audiohook-Session-Id"],
+        "audiohook-correlation-id": headers["Audiohook-Correlation-Id"],
+        "x-api-key": api_key,
+    }
+    params: dict[str, str | int] = {
+        "keyid": api_key,
+        "nonce": base64.b64encode(secrets.token_bytes(18)).decode(),
+        "alg": "hmac-sha256",
+        "created": created,
+        "expires": created + 30,
+    }
+    return sign_hmac_sha256(secret, components, params)
 
 
 async def _stream(client: _Client, call: AudioHookCall) -> None:
@@ -182,39 +241,49 @@ async def _stream(client: _Client, call: AudioHookCall) -> None:
     frame = call.frame_ms * RATE // 1000
     ping_at = None if call.ping_at_s is None else int(call.ping_at_s * RATE)
     pause_at = None if call.pause is None else int(call.pause.at_s * RATE)
+    due = sorted(call.messages, key=lambda m: m.at_s)
     t0 = loop.time()
     while client.position < total and not client.stopped():
         if ping_at is not None and client.position >= ping_at:
             ping_at = None
             await client.send("ping")
+        while due and client.position >= int(due[0].at_s * RATE):
+            message = due.pop(0)
+            await client.send(message.type, **message.parameters)
         if pause_at is not None and call.pause is not None and client.position >= pause_at:
             pause_at = None
-            await _pause(client, call.pause, t0)
+            t0 = await _pause(client, call.pause, t0)
             continue
         end = min(client.position + frame, total)
-        if pause_at is not None and client.position < pause_at < end:
-            end = pause_at  # the pause cuts this frame
+        cuts = [int(m.at_s * RATE) for m in due] + ([pause_at] if pause_at is not None else [])
+        end = min([end, *(c for c in cuts if c > client.position)])  # they cut this frame
         await asyncio.sleep(max(0.0, t0 + client.position / RATE / call.speed - loop.time()))
         await client.ws.send(call.audio[client.position * width : end * width])
         client.position = end
 
 
-async def _pause(client: _Client, pause: Pause, t0: float) -> None:
-    """No audio for the pause; its call audio is lost, as a live call's would be."""
+async def _pause(client: _Client, pause: Pause, t0: float) -> float:
+    """No audio for the pause; its call audio is lost, as a live call's would be, or
+    waits. Returns the pace's new start time."""
     loop = asyncio.get_running_loop()
     start = client.position
-    await client.send("paused")
+    for _ in range(pause.times):
+        await client.send("paused")
     dropped = int(pause.seconds * RATE)
     end = start + dropped
     await asyncio.sleep(max(0.0, t0 + end / RATE / client.call.speed - loop.time()))
+    if not pause.lost:
+        await client.send("resumed", start=duration(start), discarded=duration(0))
+        return t0 + pause.seconds / client.call.speed  # the audio goes on where it paused
     client.position = end
     await client.send("resumed", start=duration(start), discarded=duration(dropped))
+    return t0
 
 
 async def play(url: str, call: AudioHookCall) -> AudioHookRun:
     """Play `call` to the AudioHook endpoint at `url`; every server message comes back."""
     run = AudioHookRun()
-    async with connect(url, additional_headers=_headers(call), max_size=None) as ws:
+    async with connect(url, additional_headers=_headers(call, url), max_size=None) as ws:
         client = _Client(ws, call, run)
         reader = asyncio.create_task(client.read())
         try:

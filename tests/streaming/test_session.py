@@ -10,8 +10,19 @@ import numpy as np
 import pytest
 
 from engine.types import InferenceRequest, InferenceResult, RequestKind
+from streaming.commands import Audio, Configure, Cut, Stop
 from streaming.errors import InvalidAudioError, StateError, UnknownMessageTypeError
-from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, Partial, SpeechStarted
+from streaming.events import (
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Partial,
+    SpeechStarted,
+    SpeechStopped,
+    StopCause,
+)
 from streaming.limits import SessionLimits
 from streaming.partials import PartialPolicy
 from streaming.protocols.v1 import V1Codec, dump_event, ready_config
@@ -399,3 +410,25 @@ def test_results_are_matched_by_request_id_not_by_object() -> None:
     expected, got = local.events_to_send(), remote.events_to_send()
     assert wire(got) == wire(expected)
     assert len(finals(got)) == 2 and isinstance(got[-1], Ended)
+
+
+def test_a_cut_ends_the_utterance_in_progress_and_speech_goes_on_in_the_next() -> None:
+    audio = to_s16le(tone_bursts([(0.2, 3.0)], 4.0))
+    config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0))
+    session = Session("s1", config, EnergyVadModel())
+    session.handle(Configure(), 0.0)
+    session.handle(Cut(), 0.0)  # nothing open yet: no error (a Commit's would be one)
+    half = 2 * int(1.5 * SR)
+    for i, piece in enumerate(chunks(audio[:half], 3200)):
+        session.handle(Audio(piece), i * 0.1)
+    session.handle(Cut(), 1.5)
+    for i, piece in enumerate(chunks(audio[half:], 3200)):
+        session.handle(Audio(piece), 1.5 + i * 0.1)
+    session.handle(Stop(), 9.0)
+    serve(session, True)
+    events = session.events_to_send()
+    stops = [e for e in events if isinstance(e, SpeechStopped)]
+    assert stops[0].cause is StopCause.COMMIT and stops[0].end_ms == 1500
+    spans = [(f.start_ms, f.end_ms) for f in finals(events)]
+    assert spans[0] == (200, 1500) and spans[1][0] == 1500  # the speech after it goes on
+    assert spans[1][1] >= 2900

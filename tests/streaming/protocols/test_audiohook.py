@@ -686,11 +686,25 @@ def test_paused_audio_is_an_error() -> None:
     disconnected(link, "audio while paused")
 
 
-def test_resumed_fills_the_discarded_audio_with_silence_so_positions_agree() -> None:
+def spans_of(link: Link) -> list[tuple[int, float, float]]:
+    """(channel, offset s, duration s) of each transcript Genesys got."""
+    return [
+        (t["channelId"], seconds(t["offset"]), seconds(t["duration"])) for t in link.transcripts()
+    ]
+
+
+def seconds(duration: str) -> float:
+    return float(duration.removeprefix("PT").removesuffix("S"))
+
+
+def test_a_pause_ends_the_utterance_in_progress_and_the_fill_keeps_positions() -> None:
     link = opened_link()
-    link.audio(stereo_call([(0.2, 1.4)], [], 1.5))  # speech runs up to the pause
+    # The customer speaks from 0.2 s to 2.5 s; the call pauses at 1.5 s, mid-word.
+    call = stereo_call([(0.2, 2.5)], [], 3.0)
+    link.audio(call[: 2 * RATE * 3 // 2])
     before = len(link.audio_sent())
     link.send("paused")
+    assert [type(c).__name__ for c in link.commands[-1:]] == ["Cut"]
     link.now += 3.0
     link.send("resumed", start="PT1.5S", discarded="PT3S")
     fill = link.audio_sent()[before:]
@@ -698,19 +712,55 @@ def test_resumed_fills_the_discarded_audio_with_silence_so_positions_agree() -> 
     fills = [c for c in link.commands if isinstance(c, Audio)][-3:]
     assert [len(c.data) for c in fills] == [2 * RATE] * 3  # a second at a time
     link.position += 3 * RATE
-    # The call goes on at 4.5 s: the customer speaks from 5.0 s.
-    link.audio(stereo_call([], [(0.5, 1.3)], 2.0))
+    link.audio(call[2 * RATE * 3 // 2 :])  # the rest of the call, at 4.5 s
     link.send("close", reason="end")
-    spans = [(t["channelId"], t["offset"], t["duration"]) for t in link.transcripts()]
-    assert spans == [(0, "PT0.2S", "PT1.2S"), (1, "PT5S", "PT0.8S")]
+    (first, second) = spans_of(link)
+    # The pause cut the utterance where it fell (the resampler holds back a few ms).
+    assert first[:2] == (0, 0.2) and first[2] == pytest.approx(1.3, abs=0.06)
+    assert second[:2] == (0, 4.5) and second[2] == pytest.approx(1.0, abs=0.06)
     # The stream's own times are AudioHook's.
-    finals = [e for e in link.events if isinstance(e, Final)]
-    assert [(f.start_ms, f.end_ms) for f in finals] == [(200, 1400), (5000, 5800)]
+    finals = [e for e in link.events if isinstance(e, Final) and e.transcript.text]
+    assert [f.start_ms for f in finals] == [200, 4500]
 
 
-def test_the_fill_is_a_few_seconds_of_loop_work_at_most() -> None:
-    # ~13 ms of one core per second of stereo: a fill must not hold the loop long.
-    assert MAX_FILL_S == 3
+def test_a_repeated_pause_changes_nothing() -> None:
+    link = opened_link()
+    link.audio(stereo_call([(0.2, 2.0)], [], 1.0))
+    link.send("paused")
+    cuts = len(link.commands)
+    link.send("paused")  # Genesys' reference client sends it twice
+    assert len(link.commands) == cuts and link.close_code is None
+    link.send("resumed", start="PT1S", discarded="PT0S")
+    link.audio(stereo_call([(0.0, 1.0)], [], 1.5))
+    link.send("close", reason="end")
+    # One cut, at the first pause (less the few ms the resampler holds back).
+    assert [o for _, o, _ in spans_of(link)] == pytest.approx([0.2, 1.0], abs=0.1)
+    assert link.kinds[-1] == "closed"
+
+
+def test_an_update_ends_the_utterances_in_progress_on_both_channels() -> None:
+    link = opened_link()
+    call = stereo_call([(0.2, 3.0)], [(0.5, 3.0)], 4.0)
+    link.audio(call[: 2 * 2 * RATE])
+    link.send("update", language="en-US")  # the same language: only the cut
+    assert [type(c).__name__ for c in link.commands[-1:]] == ["Cut"]
+    link.audio(call[2 * 2 * RATE :])
+    link.send("close", reason="end")
+    spans = sorted(spans_of(link))
+    assert [c for c, _, _ in spans] == [0, 0, 1, 1]
+    # Each utterance ended at the update, and the speech after it began there (less the
+    # few ms the resampler holds back).
+    assert [o for _, o, _ in spans] == pytest.approx([0.2, 2.0, 0.5, 2.0], abs=0.06)
+    assert [o + d for _, o, d in spans] == pytest.approx([2.0, 3.0, 2.0, 3.0], abs=0.06)
+
+
+def test_an_update_with_a_new_language_cuts_first() -> None:
+    link = opened_link()
+    link.audio(stereo_call([(0.2, 2.0)], [], 1.0))
+    link.send("update", language="ja-JP")
+    cut, configure = link.commands[-2:]
+    assert type(cut).__name__ == "Cut" and isinstance(configure, Configure)
+    assert configure.options.language == "ja"
 
 
 def test_a_pause_beyond_the_fill_is_skipped_and_offsets_still_count_it() -> None:
@@ -724,7 +774,7 @@ def test_a_pause_beyond_the_fill_is_skipped_and_offsets_still_count_it() -> None
     link.send("close", reason="end")
     offsets = [t["offset"] for t in link.transcripts()]
     assert offsets == ["PT0.2S", "PT101.5S"]
-    finals = [e for e in link.events if isinstance(e, Final)]
+    finals = [e for e in link.events if isinstance(e, Final) and e.transcript.text]
     assert finals[1].start_ms == (1 + MAX_FILL_S) * 1000 + 500  # the rest was skipped
 
 
@@ -749,26 +799,44 @@ def test_a_resume_that_dropped_nothing_fills_nothing() -> None:
     assert link.close_code is None
 
 
-def test_discarded_audio_is_filled_too() -> None:
+def test_a_discard_moves_positions_without_inserting_audio() -> None:
     link = opened_link()
-    link.audio(stereo_call([], [], 2.0))
-    link.now += 0.5
+    # Genesys' API test: `discarded` at 2 s, but the client goes on sending the call whole.
+    call = stereo_call([(0.5, 3.5)], [(4.0, 4.5)], 5.0)
+    link.audio(call[: 2 * 2 * RATE])
     link.send("discarded", start="PT2S", discarded="PT0.5S")
-    assert link.audio_sent()[2 * 2 * RATE :] == b"\xff" * (2 * RATE // 2)
-    link.send("discarded", start="PT2S", discarded="0.5")
-    disconnected(link, "discarded: discarded must be a duration")
+    assert link.commands[-1] == Audio(call[2 * 2 * RATE - FRAME : 2 * 2 * RATE])  # nothing new
+    link.audio(call[2 * 2 * RATE :])
+    link.send("close", reason="end")
+    # One utterance, kept whole, as long as the audio heard; the utterances after the
+    # discard count the discarded 0.5 s.
+    assert spans_of(link) == [(0, 0.5, 3.0), (1, 4.5, 0.5)]
+    link2 = opened_link()
+    link2.send("discarded", start="PT2S", discarded="0.5")
+    disconnected(link2, "discarded: discarded must be a duration")
 
 
-def test_repeated_discards_are_held_to_the_sessions_audio_pace() -> None:
+def test_repeated_discards_add_no_audio() -> None:
+    link = opened_link()
+    link.audio(stereo_call([], [], 1.0))
+    sent = len(link.audio_sent())
+    for k in range(1, 50):
+        link.send("discarded", start=f"PT{k}S", discarded="PT100S")
+    assert len(link.audio_sent()) == sent and link.close_code is None
+
+
+def test_repeated_pauses_are_held_to_the_sessions_audio_pace() -> None:
     # Fill is audio to the session's meter (2x real time and a 5 s burst here), so a client
-    # repeating `discarded` is paced as one sending audio too fast: its next message is
-    # not read before the meter allows (the connection waits for `resume_at`).
+    # repeating pauses is paced as one sending audio too fast: its next message is not
+    # read before the meter allows (the connection waits for `resume_at`).
     link = opened_link()
     link.audio(stereo_call([], [], 1.0))  # first audio at 0.1 s, now 1.0 s
-    link.send("discarded", start="PT1S", discarded="PT100S")
+    link.send("paused")
+    link.send("resumed", start="PT1S", discarded="PT100S")
     assert len(link.audio_sent()) == 2 * RATE * (1 + MAX_FILL_S) and link.close_code is None
     assert link.core.resume_at <= link.now  # 4 s in 0.9 s: within the 5 s burst
-    link.send("discarded", start="PT101S", discarded="PT100S")  # 7 s of audio in 0.9 s
+    link.send("paused")
+    link.send("resumed", start="PT101S", discarded="PT100S")  # 7 s of audio in 0.9 s
     assert link.close_code is None and "disconnect" not in link.kinds
     assert len(link.audio_sent()) == 2 * RATE * (1 + 2 * MAX_FILL_S)
     # 7 s counted from 0.1 s (less the resampler's delay), 5 s of burst: the rest at 2x,
@@ -920,6 +988,9 @@ def test_the_timeline_maps_stream_times_past_skipped_gaps() -> None:
         12000,
         13000,
     ]
+    assert timeline.close_gap(13 * RATE, fill_ok=False) == 0  # a discard: all skipped
+    assert (timeline.samples, timeline.skipped) == (4 * RATE, 9 * RATE)
+    assert timeline.position_ms(4000) == 13000
 
 
 def test_media_choice_prefers_stereo_whatever_the_order() -> None:
