@@ -12,11 +12,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from engine.audio_io import read_audio
+from engine.backends.registry import BACKENDS, PRECISIONS, BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
 from engine.errors import EngineError
-from engine.loader import BACKENDS, PRECISIONS, BackendOptions, create_backend
-from engine.model_dir import DEFAULT_MODEL_ID, resolve_model
-from engine.recognizer import Recognizer
+from engine.features.audio_files import read_audio
+from engine.model.directory import DEFAULT_MODEL_ID, resolve_model
 from engine.types import LANGUAGES, SAMPLE_RATE, DecodeOptions, Transcript
 
 

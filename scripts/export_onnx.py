@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.backends.onnx_export import export_onnx
+from engine.backends.registry import write_export_stamps
 from engine.errors import EngineError
-from engine.loader import write_export_stamps
-from engine.model_dir import resolve_model
-from engine.onnx_export import export_onnx
+from engine.model.directory import resolve_model
 
 
 def main(argv: Sequence[str] | None = None) -> int:

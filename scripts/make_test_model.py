@@ -2,14 +2,15 @@
 
     python scripts/make_test_model.py --size tiny|full --out DIR [--seed N]
 
-A thin command line over `engine.test_model` (also `python -m engine.test_model`).
+A thin command line over `engine.model.random_weights` (also `python -m
+engine.model.random_weights`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from engine.test_model import main
+from engine.model.random_weights import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,37 +18,37 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
-from engine.builder import EngineReport
 from engine.client import EngineClient
-from engine.devices import device_index
-from engine.monitor import Monitor, cuda_uuids, load_nvml
-from server.auth import load_keys, origin_allowed, presented_token
-from server.client_address import client_host
+from engine.serving.builder import EngineReport
+from engine.serving.devices import device_index
+from engine.serving.monitor import Monitor, cuda_uuids, load_nvml
 from server.config import ListenConfig, ServerConfig
-from server.connection import Connection
-from server.engine_url import parse_engine_url
-from server.engines import is_remote, open_local, open_remote
-from server.file_api import FileApi
-from server.follower_slots import FollowerSlots
-from server.http import json_response, response, static_file, text_response, unauthorized
-from server.listen import page_url
-from server.listener import QuietServer, asgi_server, bind, bound_port, stop
-from server.routes import WebSocketRoute, websocket_routes
-from server.socket_port import SocketPort
-from server.streams import Publisher, StreamHub, Subscription
-from server.subscribers import Follower
-from server.tenants import ANONYMOUS, Claim, Tenant, followed_key
-from server.vad_pump import VadPump
-from server.web import main_app, ops_app
-from server.webhooks import WebhookPolicy, Webhooks
+from server.engines.attach import is_remote, open_local, open_remote
+from server.engines.url import parse_engine_url
+from server.files.api import FileApi
+from server.http.addresses import page_url
+from server.http.auth import load_keys, origin_allowed, presented_token
+from server.http.client_address import client_host
+from server.http.listener import QuietServer, asgi_server, bind, bound_port, stop
+from server.http.responses import json_response, response, static_file, text_response, unauthorized
+from server.http.routes import WebSocketRoute, websocket_routes
+from server.http.tables import main_app, ops_app
+from server.http.tenants import ANONYMOUS, Claim, Tenant, followed_key
+from server.live.connection import Connection
+from server.live.socket_port import SocketPort
+from server.live.vad_pump import VadPump
+from server.streams.follower_slots import FollowerSlots
+from server.streams.hub import Publisher, StreamHub, Subscription
+from server.streams.subscribers import Follower
+from server.streams.webhooks import WebhookPolicy, Webhooks
 from streaming.core import SessionCore
 from streaming.errors import ProtocolError, ServerFullError
 from streaming.events import ErrorEvent
 from streaming.protocols.base import Codec, CodecSettings, Handshake
-from streaming.protocols.twilio import TwilioCodec
-from streaming.protocols.twilio_jitter import JitterStats
+from streaming.protocols.twilio.codec import TwilioCodec
+from streaming.protocols.twilio.jitter import JitterStats
 from streaming.session import SessionConfig
-from streaming.vad_types import VadModel
+from streaming.vad.types import VadModel
 
 log = logging.getLogger("sensestream.server")
 
@@ -131,10 +131,10 @@ def vad_on_thread(setting: bool | None, report: EngineReport, *, remote: bool) -
 
 def make_vad(config: ServerConfig) -> VadModel:
     if config.session.vad == "webrtc":
-        from streaming.vad_webrtc import WebrtcVadModel
+        from streaming.vad.webrtc import WebrtcVadModel
 
         return WebrtcVadModel()
-    from streaming.vad_fsmn import FsmnVadModel
+    from streaming.vad.fsmn import FsmnVadModel
 
     return FsmnVadModel.from_package()
 

@@ -20,21 +20,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.budget import parse_size
-from engine.builder import EngineConfig
-from engine.loader import BackendOptions
-from engine.model_dir import DEFAULT_MODEL_ID
-from engine.scheduler import SchedulerConfig
-from server.auth import OriginPolicy
-from server.client_address import TrustedProxies
-from server.engine_url import parse_engine_url
-from server.webhooks import url_parts
+from engine.backends.registry import BackendOptions
+from engine.model.directory import DEFAULT_MODEL_ID
+from engine.serving.budget import parse_size
+from engine.serving.builder import EngineConfig
+from engine.serving.scheduler import SchedulerConfig
+from server.engines.url import parse_engine_url
+from server.http.auth import OriginPolicy
+from server.http.client_address import TrustedProxies
+from server.streams.webhooks import url_parts
 from streaming.limits import SessionLimits
-from streaming.partials import PartialPolicy
-from streaming.protocols.audiohook_signature import decode_secret
+from streaming.partials.policy import PartialPolicy
+from streaming.protocols.audiohook.signature import decode_secret
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
-from streaming.vad_types import VadConfig
+from streaming.vad.types import VadConfig
 
 ENV_PREFIX = "SENSESTREAM_"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -225,7 +225,7 @@ class SessionSettings:
     # before it is settled. 0 re-decodes the whole utterance every time.
     partial_hold_ms: int = 2000
     early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
-    # Live sessions' VAD runs on a thread of its own (server/vad_pump.py), not the loop.
+    # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
     # adds contention; on a 16-core GPU host it took 64 streams from failing to passing).
     vad_thread: bool | None = None
@@ -300,7 +300,7 @@ class EngineSettings:
         if self.test_model_size not in ("tiny", "full"):
             raise ValueError("test_model_size must be tiny or full")
         parse_engine_url(self.engine_url)
-        # The rules live in engine.builder, engine.budget and engine.scheduler.
+        # The rules live in engine.serving: its builder, budget and scheduler.
         config = self.engine_config(self.model)
         batch = 1 if config.max_batch is None else config.max_batch
         SchedulerConfig(

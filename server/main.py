@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from engine.errors import EngineError
 from server.app import App
-from server.auth import load_keys
 from server.config import ServerConfig, current_environ, load_config
-from server.listen import ListenError, page_url, ws_url
+from server.http.addresses import ListenError, page_url, ws_url
+from server.http.auth import load_keys
 
 log = logging.getLogger("sensestream")
 

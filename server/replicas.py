@@ -19,11 +19,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.builder import EngineConfig
-from engine.remote_messages import DEFAULT_APP, LOCAL_CLUSTER_ENV
+from engine.remote.messages import DEFAULT_APP, LOCAL_CLUSTER_ENV
+from engine.serving.builder import EngineConfig
 from server.config import load_config
+from server.engines.models import choose_model, tuning_folder
 from server.main import configure_logging
-from server.models import choose_model, tuning_folder
 
 log = logging.getLogger("sensestream.replicas")
 
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import ray
 
-        from engine.ray_serve import build_app, deploy, start_local_cluster
+        from engine.remote.ray_serve import build_app, deploy, start_local_cluster
     except ImportError as exc:
         raise SystemExit(f"Ray is not installed here: pip install '.[ray]' ({exc})") from exc
 
@@ -85,7 +85,7 @@ def app(args: Mapping[str, Any]) -> Any:
     `serveConfigV2`: `import_path: server.replicas:app`). `args` are this command's flags
     without their dashes, e.g. `{replicas: 4, gpus_per_replica: 1, backend: torch,
     device: "cuda:0", model: /models/SenseVoiceSmall}`; true/false for on/off flags."""
-    from engine.ray_serve import build_app
+    from engine.remote.ray_serve import build_app
 
     engine_config, resources = _plan(*replica_parser().parse_known_args(_as_flags(args)))
     return build_app(engine_config, resources)
@@ -94,7 +94,7 @@ def app(args: Mapping[str, Any]) -> Any:
 def _plan(ours: argparse.Namespace, rest: Sequence[str]) -> tuple[EngineConfig, Any]:
     """The replicas' engine (the model resolved, or the test model built, here) and the
     resources each takes."""
-    from engine.ray_serve import ReplicaResources
+    from engine.remote.ray_serve import ReplicaResources
 
     if ours.replicas < 1:
         raise SystemExit("--replicas must be at least 1")

@@ -15,12 +15,12 @@ from dataclasses import replace
 import numpy as np
 
 from engine.types import InferenceRequest, InferenceResult
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Mark
 from streaming.errors import InvalidFieldError, ProtocolError, StateError
 from streaming.events import Configured, Ended, ErrorEvent, Marked, SessionEvent
 from streaming.session import Session, SessionConfig
-from streaming.vad_types import VadModel
+from streaming.vad.types import VadModel
 
 #: Events that belong to the stream as a whole, not to one channel (the group makes its
 #: own errors and end; channels are never aborted one by one).

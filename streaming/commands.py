@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from engine.types import LANGUAGES
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.errors import InvalidFieldError
 
 #: Languages a client may ask for (nospeech is a model prompt, not a language).

@@ -15,8 +15,8 @@ from streaming.commands import Command, Configure
 from streaming.errors import ProtocolError
 from streaming.events import SessionEvent
 from streaming.session import Session, SessionConfig
-from streaming.vad_jobs import VadJob, VadStep
-from streaming.vad_types import VadModel
+from streaming.vad.jobs import VadJob, VadStep
+from streaming.vad.types import VadModel
 
 
 class StreamSession(Protocol):

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from engine.types import SAMPLE_RATE
-from streaming.vad_types import VadEvent, VadEventKind
+from streaming.vad.types import VadEvent, VadEventKind
 
 
 @dataclass(frozen=True, slots=True)

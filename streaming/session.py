@@ -25,7 +25,8 @@ from engine.types import (
     RequestRef,
     Transcript,
 )
-from streaming.audio import AudioDecoder, AudioFormat
+from streaming.audio.decoder import AudioDecoder, AudioFormat
+from streaming.audio.ring_buffer import RingBuffer
 from streaming.commands import (
     Audio,
     Clear,
@@ -53,12 +54,11 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import RateMeter, SessionLimits
-from streaming.partial_window import PartialWindow
-from streaming.partials import PartialPolicy
-from streaming.ring_buffer import RingBuffer
+from streaming.partials.policy import PartialPolicy
+from streaming.partials.window import PartialWindow
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
-from streaming.vad_jobs import VadJob, VadStep
-from streaming.vad_types import VadConfig, VadEvent, VadModel
+from streaming.vad.jobs import VadJob, VadStep
+from streaming.vad.types import VadConfig, VadEvent, VadModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class SessionConfig:
     early_final_ms: int = 200
     # Whole files: their finals queue as background work, after every live request.
     background: bool = False
-    # The server runs the VAD off its event loop (`streaming.vad_jobs`): audio only fills
+    # The server runs the VAD off its event loop (`streaming.vad.jobs`): audio only fills
     # the ring until `take_vad_job()` hands its whole blocks out.
     defer_vad: bool = False
     # Backpressure: the client's next frame waits while this many of its finals are in

@@ -22,7 +22,7 @@ def build_test_model(out: Path, size: str = "tiny", seed: int = 0) -> Path:
         [
             sys.executable,
             "-m",
-            "engine.test_model",
+            "engine.model.random_weights",
             "--size",
             size,
             "--out",
@@ -71,8 +71,8 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     The server exports ONNX beside a model it can write to; through the links the export
     lands in a temporary folder, never in the checkout.
     """
-    from engine.loader import ensure_onnx  # the engine only for the tests that use it
-    from engine.model_dir import DEMO_MODEL_MARKER, load_model_dir
+    from engine.backends.registry import ensure_onnx  # the engine only for the tests that use it
+    from engine.model.directory import DEMO_MODEL_MARKER, load_model_dir
 
     if not (DEMO_MODEL / DEMO_MODEL_MARKER).is_file():
         pytest.fail(

@@ -24,20 +24,20 @@ from typing import Any
 
 import numpy as np
 
-from engine.budget import CostModel
-from engine.builder import (
+from engine.backends.registry import BACKENDS, PRECISIONS, BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer, Utterance
+from engine.errors import BackendOutOfMemoryError
+from engine.model.directory import resolve_model
+from engine.serving.budget import CostModel
+from engine.serving.builder import (
     EngineConfig,
     calibrated_cost,
     default_budget,
     peak_rss_bytes,
     reset_peak_rss,
 )
-from engine.device_memory import DeviceMemory, device_memory
-from engine.errors import BackendOutOfMemoryError
-from engine.loader import BACKENDS, PRECISIONS, BackendOptions, create_backend
-from engine.model_dir import resolve_model
-from engine.recognizer import Recognizer, Utterance
-from engine.tuning_cache import cpu_identity
+from engine.serving.device_memory import DeviceMemory, device_memory
+from engine.serving.tuning_cache import cpu_identity
 from engine.types import SAMPLE_RATE, DecodeOptions
 from tools.speech import missing_tools, speak
 

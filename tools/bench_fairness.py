@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.tuning_cache import cpu_identity
+from engine.serving.tuning_cache import cpu_identity
 from engine.types import SAMPLE_RATE
 from tools.client import Outcome, pcm16, run_session
 from tools.demo_model.texts import held_out

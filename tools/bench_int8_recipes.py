@@ -3,7 +3,7 @@
 Each recipe quantizes the model's fp32 export (`model.onnx`) with onnxruntime's dynamic
 quantizer; all sessions then decode the same espeak clips one at a time, the recipes
 taking turns over the passes, and each clip's frame argmaxes are held against fp32's.
-Unsigned per-tensor weights are the export's recipe (`engine/onnx_export.py`); signed
+Unsigned per-tensor weights are the export's recipe (`engine/backends/onnx_export.py`); signed
 weights saturate the u8 x s8 kernels of CPUs without VNNI unless `reduce_range` keeps
 them to 7 bits. The `w8-`/`w4-` recipes are weight-only, blockwise (onnxruntime's
 MatMulNBits at accuracy level 4, whose int8 kernels use VNNI or AMX where the CPU has
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.frontend import Frontend
-from engine.loader import ensure_onnx
-from engine.model_dir import resolve_model
-from engine.prompts import prompt_arrays
-from engine.tuning_cache import cpu_identity
+from engine.backends.registry import ensure_onnx
+from engine.features.fbank import Frontend
+from engine.model.directory import resolve_model
+from engine.model.prompts import prompt_arrays
+from engine.serving.tuning_cache import cpu_identity
 from engine.types import DecodeOptions
 from tools.bench_peers.clips import make_clips
 

@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import resolve_model
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import resolve_model
 from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind, Transcript
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, StreamOptions
 from streaming.events import Final, Partial
-from streaming.partials import PartialPolicy
+from streaming.partials.policy import PartialPolicy
 from streaming.session import Session, SessionConfig
-from streaming.vad_fsmn import FsmnVadModel
+from streaming.vad.fsmn import FsmnVadModel
 from tools.demo_model.texts import held_out
 from tools.speech import speak
 

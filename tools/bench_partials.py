@@ -28,10 +28,10 @@ from engine.types import (
     Transcript,
 )
 from streaming.commands import Audio
-from streaming.partials import PartialPolicy
+from streaming.partials.policy import PartialPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
-from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
+from streaming.vad.types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
 
 
 class OneUtteranceVad:
@@ -117,9 +117,9 @@ def measure(policy: PartialPolicy, seconds: float, decode: Any | None) -> dict[s
 def make_decoder(args: argparse.Namespace) -> Any | None:
     if not args.model:
         return None
-    from engine.loader import BackendOptions, create_backend
-    from engine.model_dir import resolve_model
-    from engine.recognizer import Recognizer
+    from engine.backends.registry import BackendOptions, create_backend
+    from engine.decoding.recognizer import Recognizer
+    from engine.model.directory import resolve_model
 
     model_dir = resolve_model(args.model)
     options = BackendOptions(args.backend, args.precision, "cpu", args.threads)

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.async_engine import AsyncEngine
-from engine.builder import EngineConfig, build_engine_parts
+from engine.backends.registry import BackendOptions
 from engine.client import EngineClient
-from engine.loader import BackendOptions
-from engine.remote_messages import LOCAL_CLUSTER_ENV, Tick
-from engine.tuning_cache import cpu_identity, usable_cpus
+from engine.remote.messages import LOCAL_CLUSTER_ENV, Tick
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.builder import EngineConfig, build_engine_parts
+from engine.serving.tuning_cache import cpu_identity, usable_cpus
 from engine.types import SAMPLE_RATE, DecodeOptions, InferenceRequest, RequestKind
 from tools.speech import speak
 
@@ -126,12 +126,7 @@ def in_process(config: EngineConfig, clips: Sequence[np.ndarray], args: Any) -> 
     parts = build_engine_parts(config)
 
     async def run() -> dict[str, Any]:
-        engine = AsyncEngine(
-            parts.recognizers,
-            parts.scheduler,
-            parts.device_names,
-            feature_threads=parts.report.feature_threads,
-        )
+        engine = AsyncEngine.from_parts(parts)
         engine.start()
         try:
             return await measure(engine, clips, args)

@@ -15,9 +15,15 @@ import numpy as np
 import ray
 from ray import serve
 
-from engine.ray_serve import ReplicaResources, build_app, connect, deploy, start_local_cluster
-from engine.remote_engine import RemoteEngine
-from engine.remote_messages import DEFAULT_APP
+from engine.remote.gateway import RemoteEngine
+from engine.remote.messages import DEFAULT_APP
+from engine.remote.ray_serve import (
+    ReplicaResources,
+    build_app,
+    connect,
+    deploy,
+    start_local_cluster,
+)
 from tools.bench_ray import HOP_AUDIO_S, engine_config, measure, tick_of, wire_bytes
 
 

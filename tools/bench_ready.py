@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-from engine.loader import ensure_onnx
-from engine.model_dir import resolve_model
-from engine.tuning_cache import cpu_identity
+from engine.backends.registry import ensure_onnx
+from engine.model.directory import resolve_model
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench_peers import peer_servers, server_cli
 from tools.bench_peers.cli import side_env_missing
 from tools.bench_peers.sherpa_export import export_sherpa

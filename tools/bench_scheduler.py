@@ -19,11 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.async_engine import AsyncEngine
-from engine.builder import EngineConfig, build_engine_parts, speech_like
-from engine.loader import BackendOptions
-from engine.recognizer import Recognizer
-from engine.scheduler import Scheduler
+from engine.backends.registry import BackendOptions
+from engine.decoding.recognizer import Recognizer
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.builder import EngineConfig, build_engine_parts, speech_like
+from engine.serving.scheduler import Scheduler
 from engine.types import SAMPLE_RATE, DecodeOptions, InferenceRequest, RequestKind
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.tuning_cache import cpu_identity
-from streaming.vad_fsmn import FsmnVadModel
-from streaming.vad_types import VadConfig, VadModel
-from streaming.vad_webrtc import WebrtcVadModel
+from engine.serving.tuning_cache import cpu_identity
+from streaming.vad.fsmn import FsmnVadModel
+from streaming.vad.types import VadConfig, VadModel
+from streaming.vad.webrtc import WebrtcVadModel
 from tools.speech import missing_tools, speak
 
 SR = 16_000

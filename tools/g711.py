@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.audio import ulaw_to_linear
+from streaming.audio.decoder import ulaw_to_linear
 from tools.client import pcm16
 
 #: μ-law's code for silence (a zero sample).

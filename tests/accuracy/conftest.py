@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from tests.accuracy.corpus import AudioFile, make_test_set
 from tests.accuracy.paths import LANGUAGE, Server, hypotheses, joined

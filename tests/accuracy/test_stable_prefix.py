@@ -20,17 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.recognizer import Recognizer
+from engine.decoding.recognizer import Recognizer
 from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, StreamOptions
 from streaming.events import Final, Partial, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
-from streaming.protocols.funasr import FunasrCodec
-from streaming.protocols.openai_realtime import OpenAIRealtimeCodec
+from streaming.protocols.funasr.codec import FunasrCodec
+from streaming.protocols.openai.realtime import OpenAIRealtimeCodec
 from streaming.session import Session, SessionConfig
-from streaming.vad_fsmn import FsmnVadModel
+from streaming.vad.fsmn import FsmnVadModel
 from tests.accuracy.corpus import AudioFile, make_test_set
 from tests.accuracy.paths import LANGUAGE
 from tests.speech import to_s16le

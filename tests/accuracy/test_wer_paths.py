@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.recognizer import Recognizer
+from engine.decoding.recognizer import Recognizer
 from tests.accuracy.conftest import Decoded, Streamed, served_backend, through
 from tests.accuracy.paths import NARROWBAND, WIDEBAND
 from tests.server.conftest import ServerProcess

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streaming.audio import ulaw_to_linear
+from streaming.audio.decoder import ulaw_to_linear
 from tools.bench.config import BenchConfig, Criteria
 from tools.bench.load import LoadOutcome, stream_log
 from tools.bench.plan import Utterance

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from server.uploads import read_upload
+from server.files.uploads import read_upload
 from tools.bench_upload.cli import after_vad_ms
 from tools.bench_upload.upload import _body, _parts
 from tools.client import Outcome

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from streaming.audio import AudioDecoder, AudioFormat
+from streaming.audio.decoder import AudioDecoder, AudioFormat
 from tools.g711 import encode_mulaw
 from tools.speech import synthesize
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from tests.callcentre.audiohook_emulator import AudioHookCall, AudioHookRun, Pause, play
 from tests.callcentre.call import LABELS, QUIET, RATE, Call, make_call

@@ -24,7 +24,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from streaming.protocols.twilio_signature import twilio_signature
+from streaming.protocols.twilio.signature import twilio_signature
 
 FRAME_MS = 20
 FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law

@@ -10,8 +10,8 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from engine.tags import KNOWN_TAGS, tag_piece
-from engine.tokenizer import Tokenizer
+from engine.model.tags import KNOWN_TAGS, tag_piece
+from engine.model.tokenizer import Tokenizer
 
 TRAINING_SENTENCES: tuple[str, ...] = (
     "hello world this is a test of the speech server",

@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from engine.builder import EngineReport
 from engine.client import EngineSnapshot
 from engine.errors import ReplicaLostError
-from engine.remote_messages import Collected, Hello, Tick
-from engine.replica import DEFAULT_LEASE_S, EngineReplica
+from engine.remote.messages import Collected, Hello, Tick
+from engine.remote.replica import DEFAULT_LEASE_S, EngineReplica
+from engine.serving.builder import EngineReport
 from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind, Transcript
 
 T = TypeVar("T")

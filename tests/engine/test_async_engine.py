@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.async_engine import AsyncEngine
-from engine.backend import Backend
-from engine.budget import Architecture, CostModel, MemoryBudget
+from engine.backends.base import Backend
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
 from engine.errors import BackendOutOfMemoryError
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.model.directory import load_model_dir
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.budget import Architecture, CostModel, MemoryBudget
+from engine.serving.scheduler import Scheduler, SchedulerConfig
 from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind
 from tests.speech import Clip
 

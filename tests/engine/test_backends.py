@@ -8,13 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from engine.backend import Backend
-from engine.frontend import Frontend
-from engine.loader import BackendOptions, create_backend, ensure_onnx
-from engine.model_dir import ModelDir, load_model_dir
-from engine.onnx_backend import OnnxBackend
-from engine.prompts import PROMPT_FRAMES
-from engine.torch_backend import TorchBackend
+from engine.backends.base import Backend
+from engine.backends.onnx import OnnxBackend
+from engine.backends.registry import BackendOptions, create_backend, ensure_onnx
+from engine.backends.torch import TorchBackend
+from engine.features.fbank import Frontend
+from engine.model.directory import ModelDir, load_model_dir
+from engine.model.prompts import PROMPT_FRAMES
 from engine.types import DecodeOptions
 from tests.speech import Clip
 

@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.builder import (
+from engine.backends.registry import BackendOptions
+from engine.decoding.recognizer import Recognizer
+from engine.errors import EngineError
+from engine.model.directory import ModelDir
+from engine.model.prompts import PROMPT_FRAMES
+from engine.serving.builder import (
     CPU_DEFAULT_BUDGET,
     EngineConfig,
     build_engine_parts,
@@ -19,18 +24,13 @@ from engine.builder import (
     default_budget,
     feature_threads,
 )
-from engine.device_memory import (
+from engine.serving.device_memory import (
     CudaDriverMemory,
     HostMemory,
     TorchCudaMemory,
     UnknownMemory,
     device_memory,
 )
-from engine.errors import EngineError
-from engine.loader import BackendOptions
-from engine.model_dir import ModelDir
-from engine.prompts import PROMPT_FRAMES
-from engine.recognizer import Recognizer
 from engine.types import DecodeOptions
 from tests.engine.gpu import needs_cuda
 

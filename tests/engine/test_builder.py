@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.builder import EngineConfig, build_engine_parts, choose_max_batch
+from engine.backends.registry import BackendOptions
+from engine.decoding.recognizer import Recognizer
 from engine.errors import EngineError
-from engine.loader import BackendOptions
-from engine.model_dir import load_model_dir
-from engine.prompts import PROMPT_FRAMES
-from engine.recognizer import Recognizer
+from engine.model.directory import load_model_dir
+from engine.model.prompts import PROMPT_FRAMES
+from engine.serving.builder import EngineConfig, build_engine_parts, choose_max_batch
 from engine.types import DecodeOptions
 
 

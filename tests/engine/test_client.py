@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.backends.registry import BackendOptions, create_backend
 from engine.client import EngineClient, EngineSnapshot
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
 from tests.engine.test_async_engine import make_engine
 from tests.speech import Clip

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.ctc import CtcTokens, greedy_collapse
+from engine.decoding.ctc import CtcTokens, greedy_collapse
 
 
 def naive_collapse(frames: list[int], blank_id: int) -> CtcTokens:

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.decode import PROMPT_FRAMES, decode_transcript
-from engine.rich_text import render_rich_text
-from engine.tags import UNKNOWN, TagKind, TagTable, tag_piece
-from engine.tokenizer import Tokenizer
+from engine.decoding.rich_text import render_rich_text
+from engine.decoding.transcript import PROMPT_FRAMES, decode_transcript
+from engine.model.tags import UNKNOWN, TagKind, TagTable, tag_piece
+from engine.model.tokenizer import Tokenizer
 from engine.types import FRAME_MS, Transcript
 from tests.engine.conftest import encode
 

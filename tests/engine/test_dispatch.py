@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.budget import Architecture, CostModel, MemoryBudget
-from engine.devices import device_index, parse_devices
-from engine.dispatch import DeviceLoad, by_least_loaded
 from engine.errors import EngineError
-from engine.scheduler import Batch, Scheduler, SchedulerConfig
+from engine.serving.budget import Architecture, CostModel, MemoryBudget
+from engine.serving.devices import device_index, parse_devices
+from engine.serving.dispatch import DeviceLoad, by_least_loaded
+from engine.serving.scheduler import Batch, Scheduler, SchedulerConfig
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
 from tests.engine.test_scheduler import FakeBackend, frames_of
 

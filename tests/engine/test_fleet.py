@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.fleet import Fleet
-from engine.remote_messages import Tick
+from engine.remote.fleet import Fleet
+from engine.remote.messages import Tick
 from engine.types import (
     SAMPLE_RATE,
     DecodeOptions,
@@ -410,7 +410,7 @@ def bounded(samples: int, *replicas: str, sessions: tuple[str, ...] = ()) -> Fle
 
 
 def test_a_fleet_given_no_bound_keeps_ten_minutes_of_audio_waiting() -> None:
-    # What a gateway gets (server/engines.py names no bound).
+    # What a gateway gets (server/engines/attach.py names no bound).
     fleet = fleet_with(sessions=("s",))
     fleet.submit(sized("s", 0, FINAL, 600 * SAMPLE_RATE))  # zeros: not written, hardly held
     fleet.submit(sized("s", 1, FINAL, 1))  # one sample past the bound

@@ -1,4 +1,4 @@
-"""engine.frontend against funasr's WavFrontend, plus edge cases of lengths, audio and CMVN."""
+"""engine.features.fbank against funasr's WavFrontend, and edge cases of lengths, audio, CMVN."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import AudioError, ModelDirIncompleteError
-from engine.frontend import Cmvn, Frontend, FrontendConfig, apply_lfr, pad_batch
+from engine.features.fbank import Cmvn, Frontend, FrontendConfig, apply_lfr, pad_batch
 from tests.speech import Clip
 
 

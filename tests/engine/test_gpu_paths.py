@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import torch
 
+from engine.backends.host_staging import ALIGN, HostStaging, pack_padded, plan
+from engine.backends.onnx import OnnxBackend, cuda_options, select_providers, tensorrt_options
+from engine.backends.parity import clips
+from engine.backends.registry import BackendOptions, create_backend, ensure_onnx
+from engine.backends.torch import TorchBackend
+from engine.backends.torch_precision import Fp32Positions, keep_positions_fp32
 from engine.errors import BackendUnavailableError
-from engine.frontend import Frontend
-from engine.host_staging import ALIGN, HostStaging, pack_padded, plan
-from engine.loader import BackendOptions, create_backend, ensure_onnx
-from engine.model_dir import ModelDir, load_model_dir
-from engine.onnx_backend import OnnxBackend, cuda_options, select_providers, tensorrt_options
-from engine.parity import clips
-from engine.torch_backend import TorchBackend
-from engine.torch_model import load_ctc_argmax
-from engine.torch_precision import Fp32Positions, keep_positions_fp32
+from engine.features.fbank import Frontend
+from engine.model.directory import ModelDir, load_model_dir
+from engine.model.network import load_ctc_argmax
 from engine.types import DecodeOptions
 from tests.engine.gpu import needs_cuda, needs_ort_cuda, needs_two_gpus
 

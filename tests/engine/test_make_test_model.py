@@ -1,4 +1,4 @@
-"""engine.test_model (and its thin CLI): layout, tokenizer ids, strict loading, determinism."""
+"""engine.model.random_weights and its CLI: layout, tokenizer ids, strict loading, determinism."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine import test_model
-from engine.frontend import Cmvn
+from engine.features.fbank import Cmvn
+from engine.model import random_weights as test_model
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "make_test_model.py"

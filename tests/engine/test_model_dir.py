@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import model_dir as md
 from engine.errors import ModelDirIncompleteError, ModelNotFoundError, WeightsMismatchError
-from engine.model_dir import load_model_dir, resolve_model
-from engine.torch_model import build_sensevoice, load_weights
+from engine.model import directory as md
+from engine.model.directory import load_model_dir, resolve_model
+from engine.model.network import build_sensevoice, load_weights
 
 
 def copy_model(src: Path, dst: Path) -> Path:

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from engine.monitor import Monitor, cuda_to_nvml, cuda_uuids, read_gpus, summed, torch_memory
+from engine.serving.monitor import (
+    Monitor,
+    cuda_to_nvml,
+    cuda_uuids,
+    read_gpus,
+    summed,
+    torch_memory,
+)
 
 
 class FakeNvml:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from engine.async_engine import AsyncEngine
-from engine.budget import Architecture, CostModel, MemoryBudget
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.prompts import PROMPT_FRAMES
-from engine.recognizer import Recognizer
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
+from engine.model.prompts import PROMPT_FRAMES
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.budget import Architecture, CostModel, MemoryBudget
+from engine.serving.scheduler import Scheduler, SchedulerConfig
 from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind
 
 

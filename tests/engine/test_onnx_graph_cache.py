@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import onnx_graph_cache as graph_cache
-from engine.frontend import Frontend
-from engine.loader import BackendOptions, create_backend, ensure_onnx
-from engine.model_dir import ModelDir, load_model_dir
-from engine.onnx_backend import OnnxBackend
-from engine.onnx_graph_cache import GRAPH, WEIGHTS, cached_graph_path
+from engine.backends import graph_cache
+from engine.backends.graph_cache import GRAPH, WEIGHTS, cached_graph_path
+from engine.backends.onnx import OnnxBackend
+from engine.backends.registry import BackendOptions, create_backend, ensure_onnx
+from engine.features.fbank import Frontend
+from engine.model.directory import ModelDir, load_model_dir
 from engine.types import DecodeOptions
 from tests.speech import Clip
 

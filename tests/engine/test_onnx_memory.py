@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.loader import ensure_onnx
-from engine.model_dir import load_model_dir
-from engine.onnx_backend import OnnxBackend
+from engine.backends.onnx import OnnxBackend
+from engine.backends.registry import ensure_onnx
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 
 

@@ -1,4 +1,4 @@
-"""engine.parity on the tiny model: identical backends agree fully; bad options exit 2."""
+"""engine.backends.parity on the tiny model: identical backends agree fully; bad options exit 2."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.parity import main, voice_like
+from engine.backends.parity import main, voice_like
 from tests.engine.gpu import needs_cuda
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.async_engine import AsyncEngine
+from engine.backends.registry import BackendOptions, create_backend
 from engine.client import EngineSnapshot
+from engine.decoding.recognizer import Recognizer
 from engine.errors import ReplicaLostError
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
-from engine.remote_engine import RemoteEngine
-from engine.remote_messages import Tick
-from engine.replica import EngineReplica
+from engine.model.directory import load_model_dir
+from engine.remote.gateway import RemoteEngine
+from engine.remote.messages import Tick
+from engine.remote.replica import EngineReplica
+from engine.serving.async_engine import AsyncEngine
 from engine.types import (
     SAMPLE_RATE,
     DecodeOptions,

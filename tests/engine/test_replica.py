@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
-from engine.remote_messages import Collected, Hello, Tick
-from engine.replica import EngineReplica
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
+from engine.remote.messages import Collected, Hello, Tick
+from engine.remote.replica import EngineReplica
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
 from tests.engine.remote_fakes import REPORT, FakeEngine
 from tests.engine.test_async_engine import direct, make_engine

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rich_text import render_rich_text
-from engine.tags import EMOTION_TAGS, EVENT_TAGS, KNOWN_TAGS, LANGUAGE_TAGS, tag_piece
+from engine.decoding.rich_text import render_rich_text
+from engine.model.tags import EMOTION_TAGS, EVENT_TAGS, KNOWN_TAGS, LANGUAGE_TAGS, tag_piece
 
 _postprocess = pytest.importorskip("funasr.utils.postprocess_utils")
 funasr_render: Callable[[str], str] = _postprocess.rich_transcription_postprocess

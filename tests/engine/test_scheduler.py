@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.budget import Architecture, CostModel, MemoryBudget, parse_size
 from engine.errors import EngineError
-from engine.scheduler import Batch, Scheduler, SchedulerConfig
+from engine.serving.budget import Architecture, CostModel, MemoryBudget, parse_size
+from engine.serving.scheduler import Batch, Scheduler, SchedulerConfig
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
 
 SR = 16000

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.decode import PROMPT_FRAMES, decode_transcript
+from engine.decoding.transcript import PROMPT_FRAMES, decode_transcript
 from engine.errors import ModelDirIncompleteError
-from engine.tags import (
+from engine.model.tags import (
     EMOTION_TAGS,
     EVENT_TAGS,
     LANGUAGE_TAGS,
@@ -18,7 +18,7 @@ from engine.tags import (
     TagTable,
     tag_piece,
 )
-from engine.tokenizer import Tokenizer
+from engine.model.tokenizer import Tokenizer
 from engine.types import Transcript
 from tests.engine.conftest import UNLISTED_TAG, encode, tag_model_proto
 

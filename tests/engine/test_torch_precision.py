@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.model_dir import load_model_dir
-from engine.torch_model import CtcArgmax, load_ctc_argmax
-from engine.torch_precision import MasksInActivationDtype, for_reduced_precision
+from engine.backends.torch_precision import MasksInActivationDtype, for_reduced_precision
+from engine.model.directory import load_model_dir
+from engine.model.network import CtcArgmax, load_ctc_argmax
 
 
 def _batch() -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:

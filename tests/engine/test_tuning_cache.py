@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.builder import EngineConfig, build_engine_parts
-from engine.loader import BackendOptions
-from engine.model_dir import ModelDir
-from engine.tuning_cache import Tuning, cpu_identity, load_tuning, save_tuning
+from engine.backends.registry import BackendOptions
+from engine.model.directory import ModelDir
+from engine.serving.builder import EngineConfig, build_engine_parts
+from engine.serving.tuning_cache import Tuning, cpu_identity, load_tuning, save_tuning
 from engine.types import DecodeOptions
 from tests.engine.test_builder import DeclaredCostBackend
 

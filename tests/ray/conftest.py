@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.remote_messages import LOCAL_CLUSTER_ENV
+from engine.remote.messages import LOCAL_CLUSTER_ENV
 
 # Ray reads these when it is imported, which no test module before this folder does.
 if "ray" in sys.modules:
@@ -43,8 +43,8 @@ def ray_cluster(tiny_model_dir: Path) -> Iterator[str]:
     import ray
     from ray import serve
 
-    from engine.ray_serve import deploy, start_local_cluster
-    from engine.remote_messages import DEFAULT_APP
+    from engine.remote.messages import DEFAULT_APP
+    from engine.remote.ray_serve import deploy, start_local_cluster
     from server.replicas import app
 
     saved = {k: os.environ.get(k) for k in LOOPBACK_ENV}

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import ray
 
-from engine.ray_serve import RayTransport
-from engine.remote_engine import RemoteEngine
-from engine.remote_messages import Tick
+from engine.remote.gateway import RemoteEngine
+from engine.remote.messages import Tick
+from engine.remote.ray_serve import RayTransport
 from tests.ray.conftest import ENGINE_OPTIONS, REPLICAS
 from tests.server.inprocess import serving
 from tests.speech import Clip, to_s16le

@@ -13,7 +13,7 @@ import numpy as np
 
 from server.app import App
 from server.config import ServerConfig
-from streaming.vad_types import BlockVerdict, StreamingVad, VadConfig, VadEvent, VadModel
+from streaming.vad.types import BlockVerdict, StreamingVad, VadConfig, VadEvent, VadModel
 
 
 @contextlib.asynccontextmanager

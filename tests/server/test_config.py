@@ -38,7 +38,7 @@ def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -
         (["--partial-interval-ms", "50"], "interval_ms must be within"),  # PartialPolicy
         (["--early-final-ms", "-1"], "early_final_ms must be >= 0"),  # SessionConfig
         (["--budget-fraction", "0"], "budget_fraction must be within"),  # EngineConfig
-        (["--device", "tpu"], "device"),  # engine.devices
+        (["--device", "tpu"], "device"),  # engine.serving.devices
         (["--max-frame-bytes", "10"], "frame limits"),  # SessionLimits
         (["--protect-metrics"], "protect_metrics needs api_keys"),
         (["--port", "70000"], "port must be within"),

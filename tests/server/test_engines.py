@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from server.config import load_config
-from server.engine_url import RayAddress, parse_engine_url
-from server.engines import RayMissingError, open_remote
+from server.engines.attach import RayMissingError, open_remote
+from server.engines.url import RayAddress, parse_engine_url
 
 
 def test_engine_urls_name_local_or_a_ray_cluster_and_app() -> None:
@@ -34,7 +34,7 @@ def test_the_engine_flag_and_its_environment_variable_set_engine_url() -> None:
 def test_without_ray_a_remote_engine_is_a_typed_error_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "engine.ray_serve", None)  # as if Ray were absent
+    monkeypatch.setitem(sys.modules, "engine.remote.ray_serve", None)  # as if Ray were absent
     with pytest.raises(RayMissingError, match=r"pip install '\.\[ray\]'"):
         asyncio.run(open_remote(RayAddress("auto"), CollectorRegistry()))
 
@@ -42,7 +42,7 @@ def test_without_ray_a_remote_engine_is_a_typed_error_naming_the_extra(
 def test_a_gateway_with_no_replica_answering_refuses_new_streams() -> None:
     from starlette.requests import HTTPConnection
 
-    from engine.remote_engine import RemoteEngine
+    from engine.remote.gateway import RemoteEngine
     from server.app import App
     from server.config import ServerConfig
     from tests.engine.remote_fakes import LoopbackTransport, fake_replica

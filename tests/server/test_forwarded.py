@@ -13,8 +13,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from server.client_address import Forwarded, TrustedProxies, forwarded_client
 from server.config import ServerConfig, load_config
+from server.http.client_address import Forwarded, TrustedProxies, forwarded_client
 from tests.server.conftest import ServerProcess
 
 TIMEOUT_S = 60.0

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ModelNotFoundError
-from engine.model_dir import DEMO_MODEL_MARKER
-from server import models
+from engine.model.directory import DEMO_MODEL_MARKER
 from server.config import EngineSettings
+from server.engines import models
 
 
 @pytest.fixture

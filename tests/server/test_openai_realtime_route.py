@@ -20,13 +20,13 @@ import soxr
 from openai import AsyncOpenAI
 from websockets.exceptions import ConnectionClosedError
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
-from streaming.protocols.openai_realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
+from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
 from tools.client import run_session

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.auth import OriginPolicy
 from server.config import ListenConfig
+from server.http.auth import OriginPolicy
 
 OWN = "127.0.0.1:8765"
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from engine.types import Transcript
-from server.outbox import Outbox, OutboxOverflowError
+from server.live.outbox import Outbox, OutboxOverflowError
 from streaming.events import Ended, Final, Partial
 
 

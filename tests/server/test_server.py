@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le

@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from server import app as app_module
 from server.app import App
 from server.config import ServerConfig
-from streaming.vad_types import VadModel
+from streaming.vad.types import VadModel
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, to_s16le
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from engine.types import Transcript
-from server.streams import Publisher, StreamHub
-from streaming.audio import AudioFormat
+from server.streams.hub import Publisher, StreamHub
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import StreamOptions
 from streaming.errors import StreamIdTakenError
 from streaming.events import Configured, Ended, ErrorEvent, Final, Partial, SessionEvent

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from server.auth import load_keys
 from server.config import load_config
-from server.streams import Publisher, StreamHub
-from server.tenants import ANONYMOUS, Claim, Keyring, Tenant, followed_key
-from streaming.audio import AudioFormat
+from server.http.auth import load_keys
+from server.http.tenants import ANONYMOUS, Claim, Keyring, Tenant, followed_key
+from server.streams.hub import Publisher, StreamHub
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import StreamOptions
 from streaming.errors import StreamIdTakenError, UnauthorizedError
 from streaming.events import Configured

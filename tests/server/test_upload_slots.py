@@ -23,7 +23,7 @@ import soundfile as sf
 from starlette.requests import ClientDisconnect
 
 from server.app import App
-from server.web import main_app
+from server.http.tables import main_app
 from tests.server.inprocess import serving
 from tests.speech import Clip
 

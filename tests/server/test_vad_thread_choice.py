@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.builder import DeviceReport, EngineReport
+from engine.serving.builder import DeviceReport, EngineReport
 from server.app import vad_on_thread
 from server.config import load_config
 

@@ -15,8 +15,8 @@ import aiohttp
 from aiohttp import web
 
 from engine.types import Transcript
-from server.streams import Publisher, StreamHub
-from server.webhooks import (
+from server.streams.hub import Publisher, StreamHub
+from server.streams.webhooks import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     PendingBodies,
@@ -24,7 +24,7 @@ from server.webhooks import (
     WebhookPolicy,
     Webhooks,
 )
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import StreamOptions
 from streaming.events import Configured, ErrorEvent, Final
 

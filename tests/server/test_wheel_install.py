@@ -92,8 +92,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_carries_the_packages_and_their_data(installed: Path) -> None:
     code = (
         "import engine, server, streaming, tools, web_client\n"
-        "from engine.test_model import assets\n"
-        "from server.http import web_root\n"
+        "from engine.model.random_weights import assets\n"
+        "from server.http.responses import web_root\n"
         "print(engine.__file__)\n"
         "print(assets())\n"
         "print(web_root())\n"
@@ -109,7 +109,7 @@ def test_the_wheel_carries_the_packages_and_their_data(installed: Path) -> None:
     assert not Path(out[0]).is_relative_to(REPO)
     # Every data file of the checkout is in the wheel: the model's small files, the
     # tokenizer corpus and each file the server would serve.
-    for source, packaged in ((REPO / "engine" / "assets", out[1]), (REPO / "web_client", out[2])):
+    for source, packaged in ((REPO / "engine" / "model" / "assets", out[1]), (REPO / "web_client", out[2])):
         wanted = {
             p.relative_to(source)
             for p in source.rglob("*")

@@ -11,9 +11,9 @@ import numpy as np
 from engine.types import InferenceRequest, InferenceResult, RequestKind, Token, Transcript
 from streaming.errors import ProtocolError
 from streaming.limits import SessionLimits
-from streaming.protocols.v1 import V1Codec
+from streaming.protocols.v1.codec import V1Codec
 from streaming.session import Session
-from streaming.vad_types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
+from streaming.vad.types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
 
 FRAME = 160  # 10 ms at 16 kHz
 

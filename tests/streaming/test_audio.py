@@ -13,7 +13,7 @@ import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.audio import (
+from streaming.audio.decoder import (
     STANDARD_RATES,
     AudioDecoder,
     AudioFormat,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.types import InferenceRequest
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.channels import ChannelGroup, ChannelSplitter
 from streaming.commands import Audio, Configure, Stop
 from streaming.errors import InvalidAudioError, InvalidFieldError, StateError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from streaming.onnx_batch_dim import ProtobufError, edit_field, with_symbolic_batch
-from streaming.vad_fsmn import package_model_dir
+from streaming.vad.fsmn import package_model_dir
+from streaming.vad.onnx_batch_dim import ProtobufError, edit_field, with_symbolic_batch
 
 
 def test_same_bytes_as_editing_with_the_onnx_package() -> None:

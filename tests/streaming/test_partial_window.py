@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.types import DecodeOptions, InferenceRequest, RequestKind, Token, Transcript
-from streaming.partial_window import PartialWindow
+from streaming.partials.window import PartialWindow
 from tests.streaming.fakes import word_transcript, words_between
 
 SR = 16000

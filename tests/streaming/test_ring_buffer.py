@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streaming.audio.ring_buffer import RingBuffer
 from streaming.errors import AudioOverwrittenError
-from streaming.ring_buffer import RingBuffer
 
 
 def test_reads_exact_samples_across_wrap() -> None:

@@ -24,11 +24,11 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import SessionLimits
-from streaming.partials import PartialPolicy
-from streaming.protocols.v1 import V1Codec, dump_event, ready_config
+from streaming.partials.policy import PartialPolicy
+from streaming.protocols.v1.codec import V1Codec, dump_event, ready_config
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
-from streaming.vad_types import VadConfig
+from streaming.vad.types import VadConfig
 from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import (
     EnergyVadModel,

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from engine.types import InferenceRequest
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.events import ErrorEvent, Final
 from streaming.session import Session, SessionConfig
-from streaming.vad_fsmn import FsmnVadModel
+from streaming.vad.fsmn import FsmnVadModel
 from tests.speech import Clip, chunks, three_sentences, to_s16le
 from tests.streaming.fakes import answer
 from tools.g711 import encode_mulaw

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.types import InferenceRequest
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Commit, Configure, Mark, Stop
 from streaming.core import SessionCore
 from streaming.errors import InvalidFieldError
@@ -22,8 +22,8 @@ from streaming.events import (
     StopCause,
 )
 from streaming.session import Session, SessionConfig
-from streaming.vad_fsmn import FsmnVadModel
-from streaming.vad_jobs import VadJob
+from streaming.vad.fsmn import FsmnVadModel
+from streaming.vad.jobs import VadJob
 from tests.speech import Clip, chunks, three_sentences, to_s16le
 from tests.streaming.fakes import answer
 

@@ -14,9 +14,9 @@ from engine.types import InferenceRequest, RequestKind
 from streaming.events import Final
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
-from streaming.vad_fsmn import FsmnVadModel
-from streaming.vad_types import VadModel
-from streaming.vad_webrtc import WebrtcVadModel
+from streaming.vad.fsmn import FsmnVadModel
+from streaming.vad.types import VadModel
+from streaming.vad.webrtc import WebrtcVadModel
 from tests.speech import Clip, chunks, energy_regions, long_speech, three_sentences, to_s16le
 from tests.streaming.fakes import V1Session, answer, final_requests
 

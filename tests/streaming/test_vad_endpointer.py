@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streaming.vad_endpointer import lean_endpointer
-from streaming.vad_fsmn import _funasr_onnx_leaf, _read_config, package_model_dir
+from streaming.vad.fsmn import _funasr_onnx_leaf, _read_config, package_model_dir
+from streaming.vad.fsmn_endpointer import lean_endpointer
 
 
 def endpointers() -> tuple[Any, Any]:

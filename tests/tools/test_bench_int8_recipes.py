@@ -67,8 +67,8 @@ def test_a_blockwise_recipe_turns_the_weight_matmuls_into_matmulnbits(
 ) -> None:
     import onnx
 
-    from engine.loader import ensure_onnx
-    from engine.model_dir import resolve_model
+    from engine.backends.registry import ensure_onnx
+    from engine.model.directory import resolve_model
     from tools.bench_int8_recipes import quantize
 
     ensure_onnx(resolve_model(str(tiny_model_dir)), "fp32")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engine.tuning_cache import cpu_identity
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench.config import BenchConfig
 from tools.bench.corpus import Clip
 from tools.bench.latency import judged_final_latency

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine.tuning_cache import cpu_identity
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench.cli import parse_streams
 from tools.bench.config import BenchConfig, Criteria
 from tools.bench.corpus import FRAME_MS, Clip, build_pool, default_speech_dir

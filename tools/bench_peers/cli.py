@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.loader import ensure_onnx
-from engine.model_dir import resolve_model
-from engine.tuning_cache import cpu_identity
+from engine.backends.registry import ensure_onnx
+from engine.model.directory import resolve_model
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench_peers import rounds, scenarios
 from tools.bench_peers.clips import make_clips, save_clips
 from tools.bench_peers.sherpa_export import export_sherpa

@@ -13,9 +13,9 @@ from tools.bench_peers import scenarios
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = scenarios.worker_args(argv)
-    from engine.loader import BackendOptions, create_backend
-    from engine.model_dir import resolve_model
-    from engine.recognizer import Recognizer
+    from engine.backends.registry import BackendOptions, create_backend
+    from engine.decoding.recognizer import Recognizer
+    from engine.model.directory import resolve_model
     from engine.types import DecodeOptions, Transcript
 
     started = time.perf_counter()

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import psutil
 
-from engine.loader import ensure_onnx
-from engine.model_dir import resolve_model
-from engine.tuning_cache import cpu_identity
+from engine.backends.registry import ensure_onnx
+from engine.model.directory import resolve_model
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench_peers import peer_servers
 from tools.bench_peers.cli import side_env_missing
 from tools.bench_peers.clips import make_clips

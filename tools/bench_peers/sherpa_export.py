@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.frontend import Frontend
-from engine.model_dir import ModelDir
-from engine.onnx_export import quantize_int8, trace_to_onnx
-from engine.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_INDEX
-from engine.tokenizer import Tokenizer
-from engine.torch_model import CtcArgmax, load_ctc_argmax
+from engine.backends.onnx_export import quantize_int8, trace_to_onnx
+from engine.features.fbank import Frontend
+from engine.model.directory import ModelDir
+from engine.model.network import CtcArgmax, load_ctc_argmax
+from engine.model.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_INDEX
+from engine.model.tokenizer import Tokenizer
 
 #: sherpa's reference exporter's opset, inputs and dynamic axes.
 OPSET = 13

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from engine.tuning_cache import cpu_identity
+from engine.serving.tuning_cache import cpu_identity
 from tools.bench.latency import percentiles
 from tools.bench_upload.upload import UploadResult, upload
 from tools.client import Outcome, bearer, pcm16, run_session

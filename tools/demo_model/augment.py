@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
-from streaming.audio import ulaw_to_linear
+from streaming.audio.decoder import ulaw_to_linear
 from tools.g711 import encode_mulaw
 
 SAMPLE_RATE = 16000

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.frontend import Cmvn, Frontend, FrontendConfig
-from engine.test_model import assets, pad_tokenizer, train_bpe
+from engine.features.fbank import Cmvn, Frontend, FrontendConfig
+from engine.model.random_weights import assets, pad_tokenizer, train_bpe
 from tools.demo_model import augment as augmenting
 from tools.demo_model import texts, voices
 

@@ -13,11 +13,11 @@ import jiwer
 import numpy as np
 import torch
 
-from engine.decode import decode_transcript
-from engine.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_INDEX
-from engine.tags import TagTable
-from engine.tokenizer import Tokenizer
-from engine.torch_model import CtcArgmax
+from engine.decoding.transcript import decode_transcript
+from engine.model.network import CtcArgmax
+from engine.model.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_INDEX
+from engine.model.tags import TagTable
+from engine.model.tokenizer import Tokenizer
 from tools.demo_model import augment as augmenting
 from tools.demo_model import texts, voices
 from tools.demo_model.dataset import Targets, frontend

@@ -17,7 +17,7 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
-from engine.test_model import FILLER_SCORE
+from engine.model.random_weights import FILLER_SCORE
 from tools.demo_model.dataset import TAG_PIECES
 
 #: The logit bias of a dead row in the packaged model: far below any live logit, and
@@ -28,7 +28,7 @@ DEAD_BIAS = -1.0e4
 def live_ids(tokenizer: bytes) -> torch.Tensor:
     """Sorted ids a target can hold: the trained pieces (blank 0 among them) and the tags.
 
-    `engine.test_model.pad_tokenizer` puts the trained pieces first, then fillers scored
+    `engine.model.random_weights.pad_tokenizer` puts the trained pieces first, then fillers scored
     at or below FILLER_SCORE (which no encoding picks), then SenseVoice's special range."""
     sp = spm.SentencePieceProcessor(model_proto=tokenizer)
     size = sp.get_piece_size()

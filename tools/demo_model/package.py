@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from engine.model_dir import DEMO_MODEL_MARKER
-from engine.test_model import (
+from engine.model.directory import DEMO_MODEL_MARKER
+from engine.model.random_weights import (
     BPE_MODEL_NAME,
     COPIED_FILES,
     assets,

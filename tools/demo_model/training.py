@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.model_dir import DEMO_MODEL_MARKER
-from engine.torch_model import _sensevoice_class
+from engine.model.directory import DEMO_MODEL_MARKER
+from engine.model.network import _sensevoice_class
 from tools.demo_model.dataset import Example
 from tools.demo_model.loss import LiveVocabLoss
 

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.audio_io import read_audio
 from engine.errors import AudioError
+from engine.features.audio_files import read_audio
 from engine.types import SAMPLE_RATE
 from tools.client import ClientError, Outcome, SessionOptions, bearer, converse, pace_for, pcm16
 from tools.stream_file.live import CLEAR_LINE, LiveView

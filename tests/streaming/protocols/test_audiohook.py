@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.types import InferenceRequest, InferenceResult, Token, Transcript
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
 from streaming.core import SessionCore
 from streaming.errors import (
@@ -23,13 +23,13 @@ from streaming.errors import (
 )
 from streaming.events import Ended, ErrorEvent, Final, Partial
 from streaming.limits import SessionLimits
-from streaming.protocols.audiohook import (
+from streaming.protocols.audiohook.codec import (
     MAX_FILL_S,
     MAX_INFO_CHARS,
     AudioHookCodec,
     make_audiohook_codec,
 )
-from streaming.protocols.audiohook_messages import (
+from streaming.protocols.audiohook.messages import (
     MAX_TEXT_BYTES,
     NULL_UUID,
     Media,
@@ -37,8 +37,8 @@ from streaming.protocols.audiohook_messages import (
     duration_field,
     format_duration,
 )
-from streaming.protocols.audiohook_timeline import Timeline
-from streaming.protocols.audiohook_transcript import (
+from streaming.protocols.audiohook.timeline import Timeline
+from streaming.protocols.audiohook.transcript import (
     SUPPORTED_LANGUAGES,
     language_tag,
     stream_language,

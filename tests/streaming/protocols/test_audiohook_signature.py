@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from streaming.protocols.audiohook_signature import (
+from streaming.protocols.audiohook.signature import (
     SignatureError,
     SignedRequest,
     check_handshake,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.types import InferenceRequest, InferenceResult, Token, Transcript
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
 from streaming.errors import (
     FrameTooLargeError,
@@ -36,9 +36,9 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import SessionLimits
-from streaming.protocols.funasr import MAX_TEXT_BYTES, FunasrCodec, common_prefix
-from streaming.protocols.funasr_config import parse_client_text, parse_hotwords
-from streaming.protocols.funasr_stamps import split_sentences, stamp_fields
+from streaming.protocols.funasr.codec import MAX_TEXT_BYTES, FunasrCodec, common_prefix
+from streaming.protocols.funasr.config import parse_client_text, parse_hotwords
+from streaming.protocols.funasr.stamps import split_sentences, stamp_fields
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from tests.speech import chunks, to_s16le

@@ -8,7 +8,7 @@ import pytest
 
 from streaming.errors import MalformedMessageError
 from streaming.protocols.json_text import load_object
-from streaming.protocols.v1 import parse_client_text
+from streaming.protocols.v1.codec import parse_client_text
 
 
 def test_paired_surrogate_escapes_are_text() -> None:

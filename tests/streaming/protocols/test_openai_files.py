@@ -8,7 +8,7 @@ import pytest
 
 from engine.types import Token, Transcript
 from streaming.events import Final
-from streaming.protocols.openai_files import (
+from streaming.protocols.openai.files import (
     FileApiError,
     TranscriptionJob,
     parse_fields,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.types import InferenceRequest, InferenceResult, Token, Transcript
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Clear, Command, Commit, Configure, TurnDetection
 from streaming.errors import (
     EmptyCommitError,
@@ -42,8 +42,8 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
-from streaming.protocols.openai_fields import LockedSettingError, RealtimeFieldError
-from streaming.protocols.openai_realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
+from streaming.protocols.openai.fields import LockedSettingError, RealtimeFieldError
+from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
 from streaming.session import Session, SessionConfig
 from tests.streaming.fakes import EnergyVadModel, fake_transcript, tone_bursts, word_transcript
 
@@ -696,7 +696,7 @@ RATE_24K = 24000
 
 
 class RealtimeDriver:
-    """A Session driven through the OpenAI codec as server.connection drives one."""
+    """A Session driven through the OpenAI codec as server.live.connection drives one."""
 
     def __init__(self, decoder: Callable[[InferenceRequest], Transcript]) -> None:
         config = SessionConfig()

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.types import Transcript
-from streaming.audio import AudioFormat, ulaw_to_linear
+from streaming.audio.decoder import AudioFormat, ulaw_to_linear
 from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
 from streaming.core import SessionCore
 from streaming.errors import (
@@ -33,15 +33,15 @@ from streaming.errors import (
 from streaming.events import Configured, Ended, ErrorEvent, Final, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import CodecSettings, Handshake
-from streaming.protocols.twilio import MAX_MESSAGE_BYTES, TwilioCodec, make_twilio_codec
-from streaming.protocols.twilio_jitter import (
+from streaming.protocols.twilio.codec import MAX_MESSAGE_BYTES, TwilioCodec, make_twilio_codec
+from streaming.protocols.twilio.jitter import (
     MULAW_SILENCE,
     JitterConfig,
     JitterStats,
     Placed,
     Timeline,
 )
-from streaming.protocols.twilio_signature import (
+from streaming.protocols.twilio.signature import (
     signature_valid,
     twilio_signature,
     url_variants,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.types import Token, Transcript
-from streaming.audio import AudioFormat
+from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.errors import (
     FrameTooLargeError,
@@ -32,7 +32,7 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import SessionLimits
-from streaming.protocols.v1 import (
+from streaming.protocols.v1.codec import (
     StartMessage,
     StopMessage,
     V1Codec,

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.model_dir import load_model_dir
-from engine.tokenizer import Tokenizer
+from engine.model.directory import load_model_dir
+from engine.model.tokenizer import Tokenizer
 from tools.bench_peers.sherpa_export import export_sherpa
 from tools.demo_model import texts
 from tools.demo_model.evaluate import wer

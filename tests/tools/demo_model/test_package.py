@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.loader import BackendOptions, create_backend
-from engine.model_dir import load_model_dir
-from engine.recognizer import Recognizer
+from engine.backends.registry import BackendOptions, create_backend
+from engine.decoding.recognizer import Recognizer
+from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from tests.tools.demo_model.test_training import SMALL, examples
 from tools.demo_model.cli import carry_log

@@ -1,0 +1,1 @@
+"""Inference backends (onnxruntime, torch), how one is chosen, and ONNX export."""

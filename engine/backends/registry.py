@@ -1,0 +1,133 @@
+"""Choose and build a backend from explicit options: the one place defaults are decided."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.backends.base import Backend
+from engine.errors import BackendUnavailableError
+from engine.model.directory import ONNX_NAMES, ModelDir
+from engine.serving.devices import parse_devices
+
+BACKENDS = ("onnx", "torch")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Which backend runs the model, where, and at what precision.
+
+    `device` may list several GPUs (`cuda:0,cuda:1`) for the engine builder, which opens
+    one backend per device; `create_backend` itself takes one device.
+    """
+
+    backend: str = "onnx"
+    precision: str = "auto"
+    device: str = "cpu"
+    threads: int | None = None
+    tensorrt: bool = False
+    # Where a CPU session keeps onnxruntime's optimized graph (None: optimize every start).
+    graph_cache: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
+        parse_devices(self.device)
+
+    def resolved_precision(self) -> str:
+        """`auto` is the fastest measured: int8 ONNX / fp32 torch on CPU, fp16 on CUDA."""
+        if self.precision != "auto":
+            return self.precision
+        if self.device.startswith("cuda"):
+            return "fp16"
+        return "int8" if self.backend == "onnx" else "fp32"
+
+
+def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
+    """Build the backend; ONNX files are exported on first use and cached."""
+    precision = options.resolved_precision()
+    if len(parse_devices(options.device)) != 1:
+        raise BackendUnavailableError(
+            f"one backend runs on one device, not {options.device!r}: the server takes a list"
+        )
+    if options.backend == "torch":
+        from engine.backends.torch import TorchBackend
+
+        return TorchBackend(
+            model_dir, device=options.device, precision=precision, threads=options.threads
+        )
+    from engine.backends.onnx import OnnxBackend, select_providers
+
+    select_providers(options.device, precision, options.tensorrt)  # fail before exporting
+    return OnnxBackend(
+        model_dir,
+        device=options.device,
+        precision=precision,
+        threads=options.threads,
+        onnx_path=ensure_onnx(model_dir, precision),
+        tensorrt=options.tensorrt,
+        graph_cache=options.graph_cache,
+    )
+
+
+def ensure_onnx(model_dir: ModelDir, precision: str) -> Path:
+    """Return an up-to-date ONNX file for `precision`, exporting it once if needed.
+
+    The export goes into the model dir when it is writable, else into a per-user cache,
+    and a stamp of the source weights marks when it must be redone.
+    """
+    if precision not in ONNX_NAMES:
+        raise BackendUnavailableError(f"no ONNX export for precision {precision!r}")
+    stamp = _weights_stamp(model_dir)
+    for folder in (model_dir.path, _cache_dir(model_dir)):
+        path = folder / ONNX_NAMES[precision]
+        if path.is_file() and (stamp is None or _read_stamp(path) in (stamp, None)):
+            return path
+    folder = model_dir.path if os.access(model_dir.path, os.W_OK) else _cache_dir(model_dir)
+    if not model_dir.weights_path.is_file():
+        raise BackendUnavailableError(
+            f"no {ONNX_NAMES[precision]} in {model_dir.path} and no model.pt to export it from"
+        )
+    from engine.backends.onnx_export import export_onnx
+
+    written = export_onnx(model_dir, folder, int8=precision == "int8", fp16=precision == "fp16")
+    write_export_stamps(model_dir, written.values())
+    return written[precision]
+
+
+def write_export_stamps(model_dir: ModelDir, paths: Iterable[Path]) -> None:
+    """Record which weights each export came from, so a changed model.pt re-exports."""
+    stamp = _weights_stamp(model_dir)
+    for path in paths:
+        path.with_suffix(".onnx.json").write_text(json.dumps({"weights": stamp}))
+
+
+def _weights_stamp(model_dir: ModelDir) -> str | None:
+    try:
+        st = model_dir.weights_path.stat()
+    except FileNotFoundError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _read_stamp(onnx_path: Path) -> str | None:
+    """The weights stamp an export was made from; None when unknown (shipped exports)."""
+    sidecar = onnx_path.with_suffix(".onnx.json")
+    try:
+        value = json.loads(sidecar.read_text()).get("weights")
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _cache_dir(model_dir: ModelDir) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    digest = hashlib.sha1(str(model_dir.path).encode()).hexdigest()[:12]
+    return root / "sensestream" / "onnx" / f"{model_dir.name}-{digest}"

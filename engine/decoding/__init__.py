@@ -1,0 +1,1 @@
+"""From the network's CTC ids to timed, tagged transcripts, and the recognizer over it all."""

@@ -1,0 +1,75 @@
+"""Recognizer: frontend, backend and decoding put together for whole utterances."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.backends.base import Backend
+from engine.decoding.transcript import decode_transcript
+from engine.errors import EngineError
+from engine.features.fbank import Frontend
+from engine.model.directory import ModelDir
+from engine.model.tags import TagTable
+from engine.model.tokenizer import Tokenizer
+from engine.types import SAMPLE_RATE, DecodeOptions, Transcript
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """Features of one utterance, ready for a batch."""
+
+    feats: np.ndarray
+    options: DecodeOptions
+    duration_ms: int
+
+
+class Recognizer:
+    """Turns 16 kHz audio into rich transcripts with one shared backend."""
+
+    def __init__(self, model_dir: ModelDir, backend: Backend) -> None:
+        self.model_dir = model_dir
+        self.backend = backend
+        self.frontend = Frontend.from_model_dir(model_dir.path)
+        self.tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
+        self.tags = TagTable.from_tokenizer(self.tokenizer)
+
+    def prepare(self, audio: np.ndarray, options: DecodeOptions) -> Utterance:
+        """Compute features; raises AudioError for audio the model cannot take."""
+        feats = self.frontend.features(audio)
+        return Utterance(feats, options, len(audio) * 1000 // SAMPLE_RATE)
+
+    def decode(self, batch: Sequence[Utterance]) -> list[Transcript]:
+        """Run one batch through the backend and decode every item."""
+        frame_ids = self.backend.run([u.feats for u in batch], [u.options for u in batch])
+        return [
+            decode_transcript(ids, self.tokenizer, self.tags, u.duration_ms, u.options.itn)
+            for ids, u in zip(frame_ids, batch, strict=True)
+        ]
+
+    def transcribe(
+        self, audios: Sequence[np.ndarray], options: DecodeOptions, batch_size: int = 8
+    ) -> list[Transcript | EngineError]:
+        """Decode many utterances in length-sorted batches; bad items get their own error."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        results: list[Transcript | EngineError | None] = [None] * len(audios)
+        ready: list[tuple[int, Utterance]] = []
+        for i, audio in enumerate(audios):
+            try:
+                ready.append((i, self.prepare(audio, options)))
+            except EngineError as exc:
+                results[i] = exc
+        # Sorting by length keeps padding small; results go back in input order.
+        ready.sort(key=lambda item: item[1].feats.shape[0])
+        for start in range(0, len(ready), batch_size):
+            chunk = ready[start : start + batch_size]
+            try:
+                decoded: Sequence[Transcript | EngineError] = self.decode([u for _, u in chunk])
+            except EngineError as exc:
+                decoded = [exc] * len(chunk)
+            for (i, _), result in zip(chunk, decoded, strict=True):
+                results[i] = result
+        return [r for r in results if r is not None]

@@ -1,0 +1,1 @@
+"""Audio in and features out: reading audio files, and SenseVoice's fbank frontend."""

@@ -1,0 +1,1 @@
+"""Engines elsewhere: the gateway's client of remote replicas, the replica, and Ray Serve."""

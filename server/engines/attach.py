@@ -1,0 +1,57 @@
+"""Where the engine runs: built in this process, or Ray Serve replicas this gateway attaches to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+
+from engine.client import EngineClient
+from engine.errors import EngineError
+from engine.remote.gateway import RemoteEngine
+from engine.remote.metrics import RemoteMetrics
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.builder import EngineReport, build_engine_parts
+from engine.serving.metrics import EngineMetrics
+from server.config import ServerConfig
+from server.engines.models import choose_model, tuning_folder
+from server.engines.url import RayAddress
+
+
+class RayMissingError(EngineError):
+    """`engine_url` names Ray, and Ray is not installed here."""
+
+    code = "ray_missing"
+
+
+async def open_local(
+    config: ServerConfig, environ: Mapping[str, str], registry: CollectorRegistry
+) -> tuple[AsyncEngine, EngineReport]:
+    """Load, warm and calibrate the model here (the slow part runs off the loop)."""
+    model = await choose_model(config.engine, environ)
+    parts = await asyncio.to_thread(
+        build_engine_parts, config.engine_config(model, tuning_folder(environ))
+    )
+    engine = AsyncEngine.from_parts(parts, EngineMetrics(registry))
+    engine.start()
+    return engine, parts.report
+
+
+async def open_remote(address: RayAddress, registry: CollectorRegistry) -> RemoteEngine:
+    """Attach to the replicas' Serve application; `RemoteEngine.attached()` then waits
+    for the first replica to answer."""
+    try:
+        from engine.remote.ray_serve import connect
+    except ImportError as exc:
+        raise RayMissingError(
+            f"engine_url ray://… needs Ray here: pip install '.[ray]' ({exc})"
+        ) from exc
+    transport = await asyncio.to_thread(connect, address.address, address.app)
+    engine = RemoteEngine(transport, RemoteMetrics(registry))
+    engine.start()
+    return engine
+
+
+def is_remote(engine: EngineClient | None) -> bool:
+    return isinstance(engine, RemoteEngine)

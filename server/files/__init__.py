@@ -1,0 +1,1 @@
+"""Whole-file transcription: OpenAI's file API, uploads, the transcription job."""

@@ -1,0 +1,210 @@
+"""OpenAI's file API over HTTP: `GET /v1/models` and `POST /v1/audio/transcriptions`.
+
+The request and response formats are `streaming.protocols.openai.files`; an upload runs
+through the live pipeline's session core and engine (`server.files.transcriptions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Protocol
+
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from engine.client import EngineClient
+from engine.serving.builder import EngineReport
+from server.config import ServerConfig
+from server.files.transcriptions import FileAudio, FileJob
+from server.files.uploads import Upload, read_upload
+from server.http.responses import json_response, response
+from streaming.events import Final
+from streaming.protocols.openai.files import (
+    FileApiError,
+    TranscriptionJob,
+    full_text,
+    parse_fields,
+    render,
+    sse_delta,
+    sse_done,
+    sse_error,
+)
+from streaming.session import SessionConfig
+from streaming.vad.types import VadModel
+
+log = logging.getLogger("sensestream.file_api")
+#: Model names OpenAI's clients send; any is accepted and SenseVoice answers.
+ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+
+
+def api_error(error: FileApiError) -> Response:
+    # Retrying the same upload cannot help with these; the SDK honours this header.
+    retry = "true" if error.status in (429, 503) else "false"
+    return json_response(error.status, error.body(), {"x-should-retry": retry})
+
+
+class UploadSlot:
+    """One running transcription's place under `max_uploads`, and what it holds open:
+    the spooled upload, its decoder and its engine session. Released exactly once."""
+
+    def __init__(self, api: FileApi) -> None:
+        self._api = api
+        api._running += 1
+        self.upload: Upload | None = None
+        self.audio: FileAudio | None = None
+        self.runner: FileJob | None = None
+        self._released = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._api._running -= 1
+        if self.runner is not None:
+            self.runner.close()
+        if self.audio is not None:
+            self.audio.close()
+        if self.upload is not None:
+            self.upload.close()
+
+
+class SlotStream(StreamingResponse):
+    """An SSE answer that releases its upload's slot however the response ends, even
+    when its body is never iterated (a client gone before the first byte)."""
+
+    def __init__(
+        self, events: AsyncGenerator[str, None], slot: UploadSlot, media_type: str
+    ) -> None:
+        super().__init__(events, media_type=media_type)
+        self._events = events
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()
+            await self._events.aclose()
+
+
+class FileApiHost(Protocol):
+    """What the file API needs of the app that serves it (the app, `server.app.App`, sits
+    above this package and is not imported here)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def engine(self) -> EngineClient | None: ...
+    @property
+    def report(self) -> EngineReport | None: ...
+    @property
+    def vad(self) -> VadModel | None: ...
+    @property
+    def state(self) -> str: ...
+    def origin_refusal(self, conn: HTTPConnection) -> Response | None: ...
+    def authorized(self, conn: HTTPConnection) -> bool: ...
+    def session_config(self) -> SessionConfig: ...
+
+
+class FileApi:
+    """The OpenAI-compatible HTTP routes of one app."""
+
+    def __init__(self, app: FileApiHost) -> None:
+        self.app = app
+        self._running = 0
+        self._created = int(time.time())
+
+    async def models(self, request: Request) -> Response:
+        refusal = self._refusal(request, need_ready=False)
+        if refusal is not None:
+            return api_error(refusal)
+        report = self.app.report
+        served = Path(report.model).name if report and report.model else "SenseVoiceSmall"
+        names = (served, *ALIASES)
+        data = [
+            {"id": name, "object": "model", "created": self._created, "owned_by": "sensestream"}
+            for name in names
+        ]
+        return json_response(200, {"object": "list", "data": data})
+
+    async def transcriptions(self, request: Request) -> Response:
+        refusal = self._refusal(request, need_ready=True)
+        if refusal is not None:
+            return api_error(refusal)
+        limits = self.app.config.limits
+        if self._running >= limits.max_uploads:
+            message = f"the server is running its limit of {limits.max_uploads} transcriptions"
+            return api_error(FileApiError(429, message, code="rate_limit_exceeded"))
+        slot = UploadSlot(self)
+        handed_over = False
+        try:
+            answer = await self._transcribe(request, slot)
+            handed_over = isinstance(answer, SlotStream)  # it releases the slot itself
+            return answer
+        finally:
+            # Every other way out (a refusal, an answer, a client gone mid-upload,
+            # cancellation, a fault) frees the slot here.
+            if not handed_over:
+                slot.release()
+
+    async def _transcribe(self, request: Request, slot: UploadSlot) -> Response:
+        """Read, decode and answer one upload; the slot holds what it opens."""
+        limits = self.app.config.limits
+        try:
+            slot.upload = await read_upload(
+                request.headers.get("content-type", ""),
+                request.headers.get("content-length"),
+                request.stream(),
+                limits.max_upload_bytes,
+            )
+            job = parse_fields(slot.upload.fields)
+            audio_file = slot.upload.audio_file()
+            slot.audio = await asyncio.to_thread(FileAudio, audio_file, limits.max_upload_seconds)
+            slot.runner = runner = self._runner(slot.audio)
+        except FileApiError as exc:
+            return api_error(exc)
+        duration_s = slot.audio.info.duration_s
+        if job.stream:
+            events = self._events(runner, job, duration_s)
+            return SlotStream(events, slot, media_type="text/event-stream")
+        try:
+            finals = [final async for final in runner.finals(job)]
+        except FileApiError as exc:
+            return api_error(exc)
+        content_type, body = render(job, finals, duration_s)
+        return response(200, body.encode(), content_type)
+
+    async def _events(
+        self, runner: FileJob, job: TranscriptionJob, duration_s: float
+    ) -> AsyncGenerator[str, None]:
+        finals: list[Final] = []
+        try:
+            async for final in runner.finals(job):
+                if final.transcript.text:
+                    prefix = " " if finals else ""
+                    finals.append(final)
+                    yield sse_delta(prefix + final.transcript.text)
+            yield sse_done(full_text(finals), duration_s)
+        except FileApiError as exc:
+            yield sse_error(exc)
+
+    def _runner(self, audio: FileAudio) -> FileJob:
+        app = self.app
+        if app.engine is None or app.vad is None or app.report is None:
+            raise FileApiError(503, "the server is not ready")
+        return FileJob(app.engine, app.vad, app.session_config(), audio)
+
+    def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
+        app = self.app
+        if app.origin_refusal(request) is not None:  # another site's page (OriginPolicy)
+            return FileApiError(403, "origin not allowed", code="origin_not_allowed")
+        if not app.authorized(request):
+            return FileApiError(401, "missing or wrong API key", code="invalid_api_key")
+        if need_ready and app.state != "ready":
+            return FileApiError(503, f"the server is {app.state}", code="unavailable")
+        return None

@@ -1,0 +1,1 @@
+"""HTTP and WebSocket plumbing: route tables, the listener, keys, tenants, client addresses."""

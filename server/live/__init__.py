@@ -1,0 +1,1 @@
+"""One live client: its connection, outbox, socket, and the shared VAD thread."""

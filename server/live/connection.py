@@ -1,0 +1,413 @@
+"""One WebSocket client: move bytes between the socket, its codec and Session, and the engine.
+
+Generic over the wire protocol: the codec turns messages into the session's commands and
+its events into messages. Three tasks share the session on the event loop (so no locks):
+the reader feeds client frames in, the results task feeds engine answers in, and the
+writer sends events out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Protocol
+
+from engine.client import EngineClient
+from engine.types import InferenceResult
+from server.live.outbox import Outbox, OutboxOverflowError
+from server.live.socket_port import ClientGone, SocketPort
+from server.live.vad_pump import VadPump
+from server.streams.hub import Publisher
+from streaming.commands import Command
+from streaming.core import StreamSession
+from streaming.errors import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    ProtocolError,
+    SessionLimitError,
+)
+from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
+from streaming.protocols.base import Codec
+from streaming.vad.jobs import VadJob, VadStep
+
+log = logging.getLogger("sensestream.connection")
+
+#: How long a dropped client gets to take its error and close frames before the socket is
+#: aborted: a client that stopped reading could otherwise hold both ends' buffers forever.
+DROP_GRACE_S = 5.0
+#: The grace restarts while the client is still sending (it is alive, just not reading
+#: yet), but never beyond this: a client that sends forever cannot hold the socket.
+DROP_MAX_S = 60.0
+INTERNAL_ERROR = "internal_error"
+#: How long a session whose client ended its stream and left may run on for its followers.
+OWED_FINALS_S = 30.0
+
+
+class ConnectionStats(Protocol):
+    """Where a connection reports what happened (the app's metrics)."""
+
+    def protocol_error(self, code: str) -> None: ...
+
+
+class Connection:
+    """Runs one client's session until `end` is sent or the client goes away."""
+
+    def __init__(
+        self,
+        ws: SocketPort,
+        codec: Codec,
+        session: StreamSession,
+        engine: EngineClient,
+        stats: ConnectionStats,
+        *,
+        max_pending_events: int = 256,
+        idle_timeout_s: float = 30.0,
+        publisher: Publisher | None = None,
+        start_deadline_s: float | None = None,
+        vad_pump: VadPump | None = None,
+    ) -> None:
+        self.ws = ws
+        self.codec = codec
+        self.session = session
+        self.engine = engine
+        self._stats = stats
+        self._loop = asyncio.get_running_loop()
+        # One queue for every engine session of this stream (a multichannel stream has one
+        # per channel, known once it is configured: see _open_engine_sessions).
+        self._results_queue: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        self._engine_ids: list[str] = []
+        self._outbox = Outbox(max_pending_events)
+        self._idle_timeout_s = idle_timeout_s
+        self._publisher = publisher
+        self._vad_pump = vad_pump  # runs the session's VAD when its config defers it
+        # A protocol whose key rides in its first message (Twilio's `start`) must send it
+        # soon: an unkeyed peer may not hold a session slot by trickling other messages.
+        self._start_deadline_s = start_deadline_s
+        self._start_timer: asyncio.TimerHandle | None = None
+        self._configured = False
+        self._ended = asyncio.Event()  # `Ended` was queued: followers have had the whole stream
+        self._settled = asyncio.Event()  # nothing more will be published: ended or dropped
+        self._lost: ErrorEvent = ErrorEvent(
+            "session_closed", "the stream's client went away before the stream ended"
+        )
+        self._going_away = False
+        self._error_close: int | None = None  # set by the first client error that ends it
+        self._done = asyncio.Event()
+        self._draining = asyncio.Event()  # set by drain(): no more waiting on the client
+        self._tasks: list[asyncio.Task[None]] = []
+        self._finishing = False  # run() is cleaning up: nothing more is fed or dropped
+        # Set once the session is dropped (a client too slow to read, or a fault of ours).
+        self._dropping: asyncio.Task[None] | None = None
+        self._drop_grace: asyncio.Timeout | None = None  # while a drop waits for the client
+        self._drop_started = 0.0
+        # Set after every step of the session: what may have let it accept audio again.
+        self._stepped = asyncio.Event()
+
+    async def run(self) -> None:
+        """Serve until the session ends or the client disconnects; always clean up."""
+        read = asyncio.create_task(self._read(), name="read")
+        write = asyncio.create_task(self._write(), name="write")
+        self._tasks = [read, asyncio.create_task(self._results(), name="results"), write]
+        self._step(partial(self._feed, self.codec.opening()))  # e.g. a session.created
+        if self._start_deadline_s is not None and not self._configured:
+            self._start_timer = self._loop.call_later(self._start_deadline_s, self._no_start)
+        try:
+            # The writer ends after `end`; the reader ends early if the client goes away.
+            await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
+            if not write.done() and not self._client_gone(read) and self._dropping is None:
+                await asyncio.wait([write])  # a drop may cancel it: wait, never raise
+            elif self._client_gone(read) and self.session.stopped and self._publisher is not None:
+                await self._finish_for_followers()
+            if self._dropping is not None:
+                await self._dropping
+        finally:
+            self._finishing = True
+            if self._start_timer is not None:
+                self._start_timer.cancel()
+            for task in self._tasks:
+                task.cancel()
+            # Released before the await: a second cancellation there must not leave the
+            # stream listed or its engine sessions open.
+            self._cancel_engine_sessions()
+            if self._publisher is not None:
+                self._publisher.close(None if self._ended.is_set() else self._lost)
+            try:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            finally:
+                # Cancelled tasks keep their CancelledError, whose traceback holds frames
+                # that hold this connection: drop them, or sessions linger until a full GC.
+                self._tasks.clear()
+                self._done.set()
+
+    async def _finish_for_followers(self) -> None:
+        """The client ended its stream and left at once (Twilio closes right after `stop`):
+        its followers are still owed the finals, so the session runs on until `Ended`."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(OWED_FINALS_S):
+                await self._settled.wait()
+
+    async def drain(self) -> None:
+        """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
+        self._going_away = True
+        self._draining.set()
+        self._stepped.set()
+        if not self._finishing:  # a session that is already ending has nothing to drain
+            self._step(lambda: self.session.end_of_stream(self._loop.time()))
+        await self._done.wait()
+
+    def _client_gone(self, reader: asyncio.Task[None]) -> bool:
+        return reader.done() and self.ws.closed
+
+    async def _read(self) -> None:
+        while True:
+            await self._until_accepting()
+            # Idle clients are timed out; once stopped, the client only waits for finals.
+            idle = self.session.stopped or self._dropping is not None
+            timeout = None if idle else self._idle_timeout_s
+            try:
+                message = await asyncio.wait_for(self.ws.recv(), timeout)
+            except TimeoutError:
+                self._step(partial(self._fail, SessionLimitError(f"no audio for {timeout:.0f} s")))
+                return
+            except ClientGone:
+                return
+            if self._going_away or self._dropping is not None:
+                # Dropped unread and undecoded: a client blocked sending must still get to
+                # read its error and close, so the socket keeps draining until it closes.
+                self._extend_drop_grace()
+                continue
+            ok = self._step(partial(self._receive, message))
+            if self._vad_pump is not None:
+                self._vad_pump.notify(self)
+            if not ok and self._dropping is None:
+                return  # a client error: the session sends what it owes, then closes
+
+    async def _until_accepting(self) -> None:
+        """Backpressure: the client's frames stay in its socket, so TCP slows the sender,
+        until its pace allows the next (a timer to the bucket's deadline) and its session
+        can take more audio (woken by each step that may have made room)."""
+        while not self._reading_freely():
+            delay = self.session.resume_at - self._loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if self.session.accepting:
+                return
+            self._stepped.clear()
+            await self._stepped.wait()
+
+    def _reading_freely(self) -> bool:
+        """Nothing more will be decoded: frames are read only to see the client close."""
+        return self.session.stopped or self._going_away or self._dropping is not None
+
+    def take_vad_job(self) -> VadJob | None:
+        """The session's VAD work for the pump (none once the session is going)."""
+        if self._dropping is not None or self._finishing:
+            return None
+        return self.session.take_vad_job()
+
+    def vad_done(self, job: VadJob, outcome: tuple[VadStep, ...] | Exception) -> None:
+        """The pump's verdicts: apply them, then every command that waited for them."""
+        if isinstance(outcome, Exception):
+            if self._dropping is None and not self._finishing:
+                self._crash(outcome)
+            return
+        now = self._loop.time()
+        self._step(partial(self.session.apply_vad, job, outcome, now))
+        while self.session.has_deferred and self._dropping is None and not self._finishing:
+            self._step(partial(self.session.resume, now))
+        if self._vad_pump is not None:
+            self._vad_pump.notify(self)  # audio that came meanwhile
+
+    def _receive(self, message: str | bytes) -> None:
+        self._feed(self.codec.decode(message))
+
+    def _feed(self, commands: Sequence[Command]) -> None:
+        now = self._loop.time()
+        for command in commands:
+            self.session.handle(command, now)
+
+    async def _results(self) -> None:
+        while True:
+            result = await self._results_queue.get()
+            self._step(partial(self.session.receive_result, result, self._loop.time()))
+
+    def _step(self, feed: Callable[[], object]) -> bool:
+        """Run one step of the session core, then pump: the one boundary for its failures.
+
+        A client's bad input (`ProtocolError`) gets its error event, owed finals and close
+        code from the session itself. Anything else is a fault of ours: that session alone
+        ends with `internal_error` and 1011. Returns whether the client should still be read.
+        """
+        if self._dropping is not None or self._finishing:
+            return False
+        self._stepped.set()  # the reader rechecks whether the session takes audio again
+        try:
+            try:
+                feed()
+            except ProtocolError as exc:
+                if not self.codec.is_fatal(exc):
+                    self._stats.protocol_error(exc.code)
+                    self.session.reject(exc)
+                    self._pump()
+                    return True
+                self._fail(exc)
+                self._pump()
+                return False
+            self._pump()
+        except Exception as exc:  # noqa: BLE001 - the session boundary: any fault ends it alone
+            self._crash(exc)
+            return False
+        return self._error_close is None  # publishing can fail it (a taken stream id)
+
+    def _fail(self, exc: ProtocolError) -> None:
+        """Report a client error; the session still delivers the finals it owes."""
+        self._stats.protocol_error(exc.code)
+        log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
+        if self._error_close is None:
+            self._error_close = self.codec.close_code(exc)
+        self.session.abort(exc, self._loop.time())
+
+    def _crash(self, exc: Exception) -> None:
+        log.error(
+            "session %s: internal error, session ended: %s: %s",
+            self.session.session_id,
+            type(exc).__name__,
+            exc,
+        )
+        log.debug("session %s: internal error", self.session.session_id, exc_info=exc)
+        self._stats.protocol_error(INTERNAL_ERROR)
+        self._start_drop(
+            INTERNAL_ERROR, "internal server error: this session has ended", CLOSE_INTERNAL_ERROR
+        )
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                event = await self._outbox.get()
+                for frame in self.codec.encode(event):
+                    await self.ws.send(frame)
+                if isinstance(event, Ended):
+                    await self._let_client_close()
+                    await self.ws.close(self._close_code(), "end of stream")
+                    return
+        except ClientGone:
+            return
+
+    async def _let_client_close(self) -> None:
+        """After a normal end, give the client the codec's grace to close first.
+
+        Some protocols' clients (FunASR's) close after the last message and fail if the
+        server has closed first. The reader ends when the client closes; a drain cuts the
+        wait short.
+        """
+        grace = self.codec.end_grace_s
+        if grace <= 0 or self._error_close is not None or self._going_away:
+            return
+        draining = asyncio.ensure_future(self._draining.wait())
+        try:
+            await asyncio.wait(
+                [self._tasks[0], draining], timeout=grace, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            draining.cancel()
+
+    def _close_code(self) -> int:
+        if self._error_close is not None:
+            return self._error_close
+        return CLOSE_GOING_AWAY if self._going_away else CLOSE_NORMAL
+
+    def _pump(self) -> None:
+        """Hand the session's new requests to the engine and its events to the outbox."""
+        if self._dropping is not None:
+            return  # the session is being dropped: nothing more is decoded or queued
+        self._submit_requests()
+        try:
+            # A refused publication aborts the session, which may add events and requests.
+            while events := self.session.events_to_send():
+                for event in events:
+                    if not self.ws.closed:  # a client gone after `stop` reads nothing more
+                        self._outbox.put(event)
+                    self._publish(event)
+                self._submit_requests()
+        except OutboxOverflowError as exc:
+            self._stats.protocol_error(exc.code)
+            log.warning("session %s: %s", self.session.session_id, exc)
+            self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
+
+    def _submit_requests(self) -> None:
+        self._open_engine_sessions()
+        for request in self.session.requests_to_submit():
+            self.engine.submit(request)
+
+    def _no_start(self) -> None:
+        if not self._configured:
+            limit = f"no start within {self._start_deadline_s:g} s of connecting"
+            self._step(partial(self._fail, SessionLimitError(limit)))
+
+    def _publish(self, event: SessionEvent) -> None:
+        """Followers get every event the client gets; a taken stream id ends the session."""
+        if isinstance(event, Configured):
+            self._configured = True
+        if isinstance(event, Ended):
+            self._ended.set()
+            self._settled.set()
+        if self._publisher is not None:
+            refused = self._publisher.event(event)
+            if refused is not None:
+                self._fail(refused)
+
+    def _open_engine_sessions(self) -> None:
+        for engine_id in self.session.engine_ids:
+            if engine_id not in self._engine_ids:
+                self.engine.open_session(engine_id, self._results_queue)
+                self._engine_ids.append(engine_id)
+
+    def _cancel_engine_sessions(self) -> None:
+        for engine_id in self._engine_ids:
+            self.engine.cancel(engine_id)
+        self._engine_ids.clear()
+
+    def _start_drop(self, code: str, message: str, close_code: int) -> None:
+        """Stop reading, decoding and queueing for this session at once, then close it."""
+        if self._dropping is not None or self._finishing or not self._tasks:
+            return
+        self._cancel_engine_sessions()
+        _reader, results, write = self._tasks
+        current = asyncio.current_task()
+        for task in (results, write):  # the reader stays, discarding (see _read)
+            if task is not current:
+                task.cancel()
+        self._lost = ErrorEvent(code, message)
+        self._settled.set()
+        self._stepped.set()
+        self._dropping = self._loop.create_task(self._drop(self._lost, close_code), name="drop")
+
+    def _extend_drop_grace(self) -> None:
+        grace = self._drop_grace
+        if grace is not None:
+            deadline = min(self._loop.time() + DROP_GRACE_S, self._drop_started + DROP_MAX_S)
+            grace.reschedule(deadline)
+
+    async def _drop(self, event: ErrorEvent, close_code: int) -> None:
+        """Say why and close if the client takes it in time; else abort the socket.
+
+        The server writes only when the client's socket has room, so the error waits for
+        a client that is still sending to start reading: its grace runs from its last frame.
+        """
+        self._drop_started = self._loop.time()
+        try:
+            async with asyncio.timeout(DROP_GRACE_S) as grace:
+                self._drop_grace = grace
+                for frame in self.codec.encode(event):
+                    await self.ws.send(frame)
+                await self.ws.close(close_code, event.code)
+        except (TimeoutError, ClientGone):
+            self.ws.abort()
+        finally:
+            self._drop_grace = None  # an exited timeout cannot be rescheduled

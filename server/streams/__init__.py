@@ -1,0 +1,1 @@
+"""Live streams by id, their subscribers and webhooks."""

@@ -1,0 +1,295 @@
+"""Live streams by id, and the subscribers that follow them.
+
+A telephony platform opens the socket and only sends audio; the transcript is wanted
+elsewhere (an agent-assist screen, a QA pipeline). Every session is published here under
+its stream id once configured; a subscriber gets the stream's `Configured`, the finals it
+missed (a bounded backlog), then every event from the moment it joined, in order. A
+subscriber that cannot keep up is dropped with an error; the call never waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from server.http.tenants import ANONYMOUS, Claim, Tenant, stream_key
+from server.live.outbox import Outbox, OutboxOverflowError
+from server.streams.webhooks import WebhookDelivery, Webhooks
+from streaming.errors import (
+    ProtocolError,
+    StreamIdTakenError,
+    UnauthorizedError,
+    WebhookRefusedError,
+)
+from streaming.events import (
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Marked,
+    SessionEvent,
+)
+from streaming.protocols.v1.codec import event_to_dict
+
+#: The finals a late subscriber can still catch up on, per stream (by default).
+MAX_BACKLOG = 500
+
+
+class Subscription:
+    """One follower of a stream: its own bounded outbox, and whether it was dropped."""
+
+    def __init__(self, stream: LiveStream, max_pending: int) -> None:
+        self.stream = stream
+        self.outbox = Outbox(max_pending)
+        self.dropped = asyncio.Event()  # set when it fell behind: its socket is closed
+
+    def put(self, event: SessionEvent) -> bool:
+        """Queue one event; False (and dropped) when the subscriber is too far behind."""
+        try:
+            self.outbox.put(event)
+        except OutboxOverflowError:
+            self.dropped.set()
+            return False
+        return True
+
+
+@dataclass
+class LiveStream:
+    """A published session: its configuration, the finals so far, its subscribers."""
+
+    stream_id: str
+    session_id: str
+    protocol: str
+    started: float  # wall-clock seconds
+    configured: Configured
+    backlog: deque[SessionEvent] = field(default_factory=lambda: deque(maxlen=MAX_BACKLOG))
+    finals: int = 0
+    subscribers: list[Subscription] = field(default_factory=list)
+    ended: bool = False
+    tenant: str = ""  # whose key started it (server.http.tenants); "" with no keys
+
+    @property
+    def key(self) -> str:
+        """Its name in the hub: its id within its tenant's namespace."""
+        return stream_key(self.tenant, self.stream_id)
+
+    def describe(self) -> dict[str, object]:
+        """The stream as `GET /v1/streams` lists it."""
+        audio = self.configured.audio
+        return {
+            "stream_id": self.stream_id,
+            "tenant": self.tenant or None,
+            "session_id": self.session_id,
+            "protocol": self.protocol,
+            "started": round(self.started, 3),
+            "channels": audio.channels,
+            "channel_labels": list(self.configured.channel_labels),
+            "sample_rate": audio.sample_rate,
+            "encoding": audio.encoding,
+            "finals": self.finals,
+            "subscribers": len(self.subscribers),
+        }
+
+
+class StreamHub:
+    """Every live stream by id; publishing to subscribers never blocks the session.
+
+    Streams are looked up by their key (server.http.tenants.stream_key: the id within its
+    tenant's namespace, the bare id with no keys), which is what `stream_id` names below.
+    """
+
+    def __init__(self, max_pending: int = 256, max_backlog: int = MAX_BACKLOG) -> None:
+        self._streams: dict[str, LiveStream] = {}
+        self._opened: dict[str, asyncio.Event] = {}  # ids someone waits to follow
+        self._waiters: Counter[str] = Counter()
+        self._max_pending = max_pending
+        self._max_backlog = max_backlog
+
+    def open(
+        self,
+        configured: Configured,
+        session_id: str,
+        protocol: str,
+        started: float,
+        tenant: str = ANONYMOUS.name,
+    ) -> LiveStream:
+        """Publish a configured session of `tenant`; raises StreamIdTakenError if that
+        tenant already has a live stream of its id (other tenants' ids do not count)."""
+        stream_id = configured.stream_id or session_id
+        key = stream_key(tenant, stream_id)
+        if key in self._streams:
+            raise StreamIdTakenError(f"stream {stream_id!r} is already live")
+        stream = LiveStream(
+            stream_id,
+            session_id,
+            protocol,
+            started,
+            configured,
+            deque(maxlen=self._max_backlog),
+            tenant=tenant,
+        )
+        self._streams[key] = stream
+        waiting = self._opened.pop(key, None)
+        if waiting is not None:
+            waiting.set()
+        return stream
+
+    async def wait_for(self, stream_id: str, timeout_s: float) -> LiveStream | None:
+        """The live stream `stream_id`, waiting up to `timeout_s` for it to start.
+
+        A follower often starts with the call (an agent-assist screen) and may be first.
+        """
+        if stream_id in self._streams or timeout_s <= 0:
+            return self._streams.get(stream_id)
+        opened = self._opened.setdefault(stream_id, asyncio.Event())
+        self._waiters[stream_id] += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                await opened.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters[stream_id] -= 1
+            if not self._waiters[stream_id]:  # the last waiter takes the event with it
+                del self._waiters[stream_id]
+                if self._opened.get(stream_id) is opened:
+                    del self._opened[stream_id]
+        return self._streams.get(stream_id)
+
+    def publish(self, stream: LiveStream, event: SessionEvent) -> None:
+        """One event of the stream: into the backlog if a final, and to every subscriber."""
+        if isinstance(event, Configured):
+            stream.configured = event  # options may change mid-stream
+        elif isinstance(event, Final | Failed):
+            stream.backlog.append(event)
+            stream.finals += 1
+        for sub in list(stream.subscribers):
+            if not sub.put(event):
+                self._drop(sub)
+        if isinstance(event, Ended):
+            self.close(stream)
+
+    def close(self, stream: LiveStream, reason: ErrorEvent | None = None) -> None:
+        """The session is over: unlist it, and end what its subscribers are owed.
+
+        A session that ends without `Ended` (dropped, or a fault of ours) tells them why.
+        """
+        if stream.ended:
+            return
+        stream.ended = True
+        if self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
+        if reason is None:
+            return  # `Ended` went out through publish
+        for sub in list(stream.subscribers):
+            if not (sub.put(reason) and sub.put(Ended())):
+                self._drop(sub)
+
+    def subscribe(self, stream_id: str) -> Subscription | None:
+        """Follow a live stream from now on, after its configuration and missed finals."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return None
+        sub = Subscription(stream, self._max_pending + len(stream.backlog))
+        for event in (stream.configured, *stream.backlog):
+            sub.put(event)
+        stream.subscribers.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        if sub in sub.stream.subscribers:
+            sub.stream.subscribers.remove(sub)
+
+    def _drop(self, sub: Subscription) -> None:
+        self.unsubscribe(sub)
+        sub.dropped.set()
+
+    def get(self, stream_id: str) -> LiveStream | None:
+        return self._streams.get(stream_id)
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def describe(self, viewer: Tenant | None = None) -> list[dict[str, object]]:
+        """The live streams `viewer` may see (its own, or all for an admin or None)."""
+        streams = self._streams.values()
+        return [s.describe() for s in streams if viewer is None or viewer.sees(s.tenant)]
+
+
+class Publisher:
+    """One connection's link to the hub (and its webhook): publishes its session's events."""
+
+    def __init__(
+        self,
+        hub: StreamHub,
+        session_id: str,
+        protocol: str,
+        started: float,
+        webhooks: Webhooks | None = None,
+        *,
+        claim: Claim | None = None,
+    ) -> None:
+        self._hub = hub
+        self._session_id = session_id
+        self._protocol = protocol
+        self._started = started
+        self._webhooks = webhooks
+        self._claim = claim  # whose stream it is (None: the anonymous tenant's)
+        self._stream: LiveStream | None = None
+        self._webhook: WebhookDelivery | None = None
+        self._refused = False
+
+    def event(self, event: SessionEvent) -> ProtocolError | None:
+        """Publish one event; the first `Configured` lists the stream (or is refused)."""
+        if self._stream is None:
+            if isinstance(event, Configured) and not self._refused:
+                refused = self._open(event)
+                self._refused = refused is not None
+                return refused
+            return None
+        if isinstance(event, Marked):
+            return None  # a protocol's own in-order reply (AudioHook's pong): not the stream's
+        self._hub.publish(self._stream, event)
+        if self._webhook is not None and isinstance(event, Final | Failed | Ended):
+            self._webhook.send(self._webhook_body(self._stream, event))
+        return None
+
+    def _open(self, event: Configured) -> ProtocolError | None:
+        tenant = ANONYMOUS if self._claim is None else self._claim.tenant
+        if tenant is None:  # a protocol configured its stream before its key was checked
+            return UnauthorizedError("no API key was checked for this stream")
+        url = event.webhook_url
+        policy = self._webhooks.policy if self._webhooks is not None else None
+        if url is not None and (policy is None or not policy.allows(url)):
+            return WebhookRefusedError(f"this server does not send webhooks to {url}")
+        try:
+            self._stream = self._hub.open(
+                event, self._session_id, self._protocol, self._started, tenant.name
+            )
+        except StreamIdTakenError as exc:
+            return exc
+        if url is not None and self._webhooks is not None:
+            self._webhook = self._webhooks.open(url)
+        return None
+
+    def _webhook_body(self, stream: LiveStream, event: SessionEvent) -> dict[str, object]:
+        return {
+            "stream_id": stream.stream_id,
+            "session_id": stream.session_id,
+            "event": event_to_dict(event, stream.configured.channel_labels),
+        }
+
+    def close(self, reason: ErrorEvent | None) -> None:
+        """The connection is over; `reason` says why when it ended without `Ended`."""
+        stream = self._stream
+        if stream is None:
+            return
+        lost = None if stream.ended else reason
+        self._hub.close(stream, lost)
+        if self._webhook is not None:
+            if lost is not None:  # the webhook too learns why the stream ended early
+                for event in (lost, Ended()):
+                    self._webhook.send(self._webhook_body(stream, event))
+            self._webhook.finish()

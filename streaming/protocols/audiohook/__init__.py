@@ -1,0 +1,1 @@
+"""Genesys Cloud AudioHook (v2)."""

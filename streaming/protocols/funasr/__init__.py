@@ -1,0 +1,1 @@
+"""FunASR's runtime WebSocket protocol."""

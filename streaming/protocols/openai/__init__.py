@@ -1,0 +1,1 @@
+"""OpenAI's Realtime transcription protocol and its file API's formats."""

@@ -1,0 +1,1 @@
+"""Twilio Media Streams."""

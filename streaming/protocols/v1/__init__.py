@@ -1,0 +1,1 @@
+"""SenseStream's own WebSocket protocol (v1)."""

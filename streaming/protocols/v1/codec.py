@@ -1,0 +1,288 @@
+"""Protocol v1, SenseStream's own: JSON text control messages and binary audio frames.
+
+Its frame limits (a 4 KiB text frame by default) and close codes are this codec's, not
+the session core's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streaming.audio.decoder import AudioFormat
+from streaming.commands import CLIENT_LANGUAGES, Audio, Command, Configure, Stop, StreamOptions
+from streaming.errors import (
+    InvalidFieldError,
+    ProtocolError,
+    StateError,
+    UnknownMessageTypeError,
+)
+from streaming.events import (
+    Cleared,
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Marked,
+    Partial,
+    SessionEvent,
+    SpeechStarted,
+    SpeechStopped,
+)
+from streaming.limits import SessionLimits
+from streaming.protocols.base import Frame
+from streaming.protocols.json_text import load_object, tag_fields
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StartMessage:
+    """The optional first message: audio format, decoding prompts and per-session toggles."""
+
+    sample_rate: int = 16000
+    encoding: str = "pcm_s16le"
+    channels: int = 1
+    language: str = "auto"
+    itn: bool = True
+    partials: bool = True
+    emotion: bool = True
+    event: bool = True
+    timestamps: bool = True
+    pace: str = "live"
+    multichannel: bool = False  # recognise each channel on its own (a call's two parties)
+    channel_labels: tuple[str, ...] = ()  # names for the channels (default "0", "1")
+    stream_id: str | None = None  # what subscribers follow the stream by
+    webhook_url: str | None = None  # where the server POSTs the finals (if it allows it)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in START_FIELDS}
+        out["channel_labels"] = list(self.channel_labels)
+        return out
+
+    def to_command(self) -> Configure:
+        options = StreamOptions(
+            self.language,
+            self.itn,
+            self.partials,
+            self.emotion,
+            self.event,
+            self.timestamps,
+            self.pace,
+        )
+        audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
+        return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
+
+    def labels(self) -> tuple[str, ...]:
+        """The channel labels of a multichannel stream; () when its channels are mixed."""
+        if not self.multichannel:
+            if self.channel_labels:
+                raise InvalidFieldError("start.channel_labels needs multichannel: true")
+            return ()
+        if self.channels < 2:
+            raise InvalidFieldError("start.multichannel needs channels: 2 or more")
+        return self.channel_labels or tuple(str(c) for c in range(self.channels))
+
+
+@dataclass(frozen=True, slots=True)
+class StopMessage:
+    """End of the audio stream: owed finals, then `end`, then close."""
+
+
+ClientMessage = StartMessage | StopMessage
+
+START_FIELDS: Mapping[str, type] = {
+    "sample_rate": int,
+    "encoding": str,
+    "channels": int,
+    "language": str,
+    "itn": bool,
+    "partials": bool,
+    "emotion": bool,
+    "event": bool,
+    "timestamps": bool,
+    "pace": str,
+    "multichannel": bool,
+    "channel_labels": list,
+    "stream_id": str,
+    "webhook_url": str,
+}
+CHOICES: Mapping[str, tuple[Any, ...]] = {
+    "language": CLIENT_LANGUAGES,
+    # A live client is held to real time (with a burst); a replay may go much faster.
+    "pace": ("live", "replay"),
+}
+
+
+def parse_client_text(text: str) -> ClientMessage:
+    """Parse one text frame; raises a typed ProtocolError for anything not in protocol v1."""
+    obj = load_object(text)
+    kind = obj.pop("type", None)
+    version = obj.pop("v", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise InvalidFieldError(f"unsupported protocol version {version!r}; this server speaks 1")
+    if kind == "start":
+        return _parse_start(obj)
+    if kind == "stop":
+        _reject_unknown(obj, (), "stop")
+        return StopMessage()
+    if not isinstance(kind, str):
+        raise UnknownMessageTypeError("message has no string `type` field")
+    raise UnknownMessageTypeError(f"unknown message type {kind!r}; expected start or stop")
+
+
+def _parse_start(obj: dict[str, Any]) -> StartMessage:
+    _reject_unknown(obj, tuple(START_FIELDS), "start")
+    for name, value in obj.items():
+        expected = START_FIELDS[name]
+        # bool is a subclass of int in Python; JSON true must not pass as 1.
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise InvalidFieldError(
+                f"start.{name} must be {expected.__name__}; got {type(value).__name__}"
+            )
+        allowed = CHOICES.get(name)
+        if allowed is not None and value not in allowed:
+            raise InvalidFieldError(
+                f"start.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}"
+            )
+    labels = obj.pop("channel_labels", [])
+    if not all(isinstance(label, str) for label in labels):
+        raise InvalidFieldError("start.channel_labels must be a list of strings")
+    start = StartMessage(**obj, channel_labels=tuple(labels))
+    # Audio fields, labels and stream id are checked by the command's own types, in one place.
+    start.to_command()
+    return start
+
+
+def _reject_unknown(obj: Mapping[str, Any], known: tuple[str, ...], kind: str) -> None:
+    unknown = sorted(set(obj) - set(known))
+    if unknown:
+        raise InvalidFieldError(f"unknown field(s) in {kind}: {', '.join(unknown)}")
+
+
+def ready_config(event: Configured) -> dict[str, Any]:
+    """The effective start fields, as `ready.config` reports them."""
+    audio, options = event.audio, event.options
+    values = {
+        "sample_rate": audio.sample_rate,
+        "encoding": audio.encoding,
+        "channels": audio.channels,
+        "multichannel": event.multichannel,
+        "channel_labels": list(event.channel_labels),
+        "stream_id": event.stream_id or event.session_id,
+        "webhook_url": event.webhook_url,
+    }
+    return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
+
+
+def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The JSON object for one event (None for events v1 does not carry); all carry `"v": 1`.
+
+    In a multichannel stream an utterance's events carry its `channel` and, from `labels`
+    (the stream's `Configured.channel_labels`), its `label`.
+    """
+    head: dict[str, Any] = {"v": PROTOCOL_VERSION}
+    match event:
+        case Configured():
+            head.update(type="ready", session_id=event.session_id, config=ready_config(event))
+            head.update(model=event.model, test_model=event.test_model)
+            head.update(demo_model=event.demo_model)
+        case SpeechStarted():
+            head.update(type="speech_started", utt_id=event.utt_id, start_ms=event.start_ms)
+        case Partial():
+            head.update(type="partial", utt_id=event.utt_id, start_ms=event.start_ms)
+            head.update(end_ms=event.end_ms, text=event.text, stable_chars=event.stable_chars)
+            head.update(event.tags)
+        case Final():
+            head.update(_final_fields(event))
+        case ErrorEvent() | Failed():
+            head.update(type="error", code=event.code, message=event.message)
+        case Ended():
+            head.update(type="end")
+        case SpeechStopped() | Cleared() | Marked():
+            return None
+    channel = getattr(event, "channel", None)
+    if channel is not None:
+        head.update(channel=channel, label=labels[channel] if channel < len(labels) else None)
+    return head
+
+
+def _final_fields(event: Final) -> dict[str, Any]:
+    t = event.transcript
+    out: dict[str, Any] = {
+        "type": "final",
+        "utt_id": event.utt_id,
+        "start_ms": event.start_ms,
+        "end_ms": event.end_ms,
+        "decided_ms": event.decided_ms,
+        "text": t.text,
+        "lang": t.lang,
+        "itn": t.itn,
+        "rich_text": t.rich_text,
+    }
+    return out | tag_fields(event)
+
+
+def dump(obj: Mapping[str, Any]) -> str:
+    """One compact JSON text frame."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+class V1Codec:
+    """Protocol v1 for one connection: an optional `start`, binary audio, `stop`."""
+
+    def __init__(self, limits: SessionLimits) -> None:
+        self._limits = limits
+        self._started = False  # a start or audio has arrived: start may not come again
+        self._labels: tuple[str, ...] = ()  # the stream's channel labels, once configured
+
+    @property
+    def max_message_bytes(self) -> int:
+        # A hard cap for the library; the limits below answer with an error event first.
+        return 4 * max(self._limits.max_frame_bytes, self._limits.max_text_bytes)
+
+    @property
+    def end_grace_s(self) -> float:
+        return 0.0  # v1 clients wait for the server to close
+
+    def opening(self) -> Sequence[Command]:
+        return ()
+
+    def decode(self, message: Frame) -> Sequence[Command]:
+        if isinstance(message, bytes):
+            self._limits.check_frame(len(message), binary=True)
+            self._started = True
+            return (Audio(message),)
+        limit = self._limits.max_text_bytes
+        size = len(message) if len(message) > limit else len(message.encode())
+        self._limits.check_frame(size, binary=False)
+        parsed = parse_client_text(message)
+        if isinstance(parsed, StopMessage):
+            return (Stop(),)
+        if self._started:
+            raise StateError("start may only be sent once, before any audio")
+        self._started = True
+        return (parsed.to_command(),)
+
+    def encode(self, event: SessionEvent) -> Sequence[Frame]:
+        if isinstance(event, Configured):
+            self._labels = event.channel_labels
+        obj = event_to_dict(event, self._labels)
+        return () if obj is None else (dump(obj),)
+
+    def is_fatal(self, error: ProtocolError) -> bool:
+        return True
+
+    def close_code(self, error: ProtocolError) -> int:
+        return error.close_code
+
+
+def dump_event(event: SessionEvent) -> str:
+    """Serialise an event v1 carries as one compact JSON text frame."""
+    obj = event_to_dict(event)
+    if obj is None:
+        raise ValueError(f"protocol v1 has no message for {type(event).__name__}")
+    return dump(obj)

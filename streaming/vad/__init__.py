@@ -1,0 +1,1 @@
+"""Voice-activity detectors (FSMN, WebRTC) and the VAD work a server runs off its loop."""
