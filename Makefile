@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# The repository's toolkit (tools/: benchmarks, training, soak) is not in the wheel:
+	# the checkout goes on the venv's path, for scripts/ and the tests.
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'sensestream-checkout.pth').write_text('$(CURDIR)\\n')"
 	touch $(STAMP)
 
 serve: venv

@@ -7,10 +7,10 @@ Examples:
 stdout carries only the chosen --format; every diagnostic goes to stderr. An input's
 captions are written (to stdout or --out) only when its stream ended with `end` and no
 error; a failed input gets one `FILE: error [code]: message` line and no output.
-The work is done by tools.stream_file.
+The work is done by sensestream.stream.
 """
 
-from tools.stream_file.cli import main
+from sensestream.stream.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.client import pcm16, split
+from sensestream.client import pcm16, split
 from tools.speech import levels_dbfs, load, noise_floor, synthesize
 
 SENTENCES: tuple[tuple[str, str], ...] = (

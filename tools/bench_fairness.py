@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.serving.tuning_cache import cpu_identity
 from engine.types import SAMPLE_RATE
-from tools.client import Outcome, pcm16, run_session
+from sensestream.client import Outcome, pcm16, run_session
 from tools.demo_model.texts import held_out
 from tools.spawn import ServerSpec, SpawnedServer
 from tools.speech import speak

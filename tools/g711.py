@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sensestream.client import pcm16
 from streaming.audio.decoder import ulaw_to_linear
-from tools.client import pcm16
 
 #: μ-law's code for silence (a zero sample).
 MULAW_SILENCE = 0xFF

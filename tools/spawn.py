@@ -42,11 +42,13 @@ class ServerSpec:
     env: Mapping[str, str] | None = None  # None: this process's environment
     start_timeout_s: float = 300.0
     stop_timeout_s: float = 60.0
+    # What the interpreter runs: `python -m server`, or the command's `-m sensestream serve`.
+    entry: tuple[str, ...] = ("-m", "server")
 
     @property
     def command(self) -> tuple[str, ...]:
         # --port 0 first, so that a --port among `args` still wins.
-        return (self.python, "-m", "server", "--port", "0", *self.args)
+        return (self.python, *self.entry, "--port", "0", *self.args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.client import pcm16
+from sensestream.client import pcm16
 from tools.demo_model import texts
 from tools.demo_model.voices import Voice, speak
 from tools.speech import noise_floor

@@ -24,12 +24,12 @@ import soxr
 from funasr_client import async_funasr_client
 from openai import AsyncOpenAI
 
+from sensestream.client import SessionOptions, converse, pcm16, split
 from tests.accuracy.corpus import SR, AudioFile
 from tests.callcentre.audiohook_emulator import AudioHookCall
 from tests.callcentre.audiohook_emulator import play as play_audiohook
 from tests.callcentre.subscriber import follow
 from tests.callcentre.twilio_emulator import TwilioCall, play_call
-from tools.client import SessionOptions, converse, pcm16, split
 from tools.g711 import encode_mulaw
 
 LANGUAGE = "en"

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sensestream.client import Outcome
 from streaming.audio.decoder import ulaw_to_linear
 from tools.bench.config import BenchConfig, Criteria
 from tools.bench.load import LoadOutcome, stream_log
@@ -33,7 +34,6 @@ from tools.bench_calls.load import MONO, STEREO, Client, Seen, mono_clients, ste
 from tools.bench_calls.measure import analyse, protocol_problems
 from tools.bench_calls.report import level, ratio
 from tools.bench_calls.rounds import arm_order
-from tools.client import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 # The corpus's sentences run 2.4-11.5 s.

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from sensestream.client import ClientError, Outcome
 from tools.bench.capacity import find_capacity, interleave_searches
 from tools.bench.config import BenchConfig, Criteria
 from tools.bench.corpus import FRAME_SAMPLES, Clip
@@ -25,7 +26,6 @@ from tools.bench.plan import StreamPlan, Utterance, plan_stream
 from tools.bench.scrape import Histogram, is_idle
 from tools.bench.server_load import batch_distribution
 from tools.bench.targets import Target, resolve_end_silence
-from tools.client import ClientError, Outcome
 from tools.http import http_base
 from tools.spawn import ServerSpec
 

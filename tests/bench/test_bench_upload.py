@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from sensestream.client import Outcome
 from server.files.uploads import read_upload
 from tools.bench_upload.cli import after_vad_ms
 from tools.bench_upload.upload import _body, _parts
-from tools.client import Outcome
 
 
 def test_the_streamed_body_is_a_form_the_server_reads(tmp_path: Path) -> None:

@@ -23,13 +23,13 @@ from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
+from sensestream.client import multichannel_start
 from tests.callcentre.audiohook_emulator import AudioHookCall, AudioHookRun, Pause, play
 from tests.callcentre.call import LABELS, QUIET, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow
 from tests.callcentre.twilio_emulator import TwilioCall, play_call
 from tests.server.conftest import ServerProcess
 from tests.speech import chunks
-from tools.client import multichannel_start
 
 KEY = "callcentre-test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}

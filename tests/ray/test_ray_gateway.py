@@ -18,10 +18,10 @@ import ray
 from engine.remote.gateway import RemoteEngine
 from engine.remote.messages import Tick
 from engine.remote.ray_serve import RayTransport
+from sensestream.client import Outcome, run_session
 from tests.ray.conftest import ENGINE_OPTIONS, REPLICAS
 from tests.server.inprocess import serving
 from tests.speech import Clip, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 SESSIONS = 4

@@ -64,15 +64,20 @@ def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
 
 
 def unready_server(
-    python: str, *extra: str, cwd: Path, env: dict[str, str] | None = None
+    python: str,
+    *extra: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    entry: tuple[str, ...] = ("-m", "server"),
 ) -> SpawnedServer:
-    """`python -m server` on a free port, returned as soon as it says where it listens
-    (before any model work); waiting for readiness is the caller's (`.wait_ready()`)."""
+    """`python -m server` (or another `entry`) on a free port, returned as soon as it says
+    where it listens (before any model work); waiting for readiness is the caller's."""
     spec = ServerSpec(
         ("--precision", "fp32", "--max-batch", "1", *extra),
         python=python,
         cwd=cwd,
         env=env,
         start_timeout_s=START_TIMEOUT_S,
+        entry=entry,
     )
     return SpawnedServer(spec)

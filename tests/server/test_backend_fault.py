@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.types import DecodeOptions
+from sensestream.client import Outcome, run_session
 from server.app import App
 from server.config import ServerConfig
 from tests.speech import Clip, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sensestream.client import Outcome, run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
-from tools.client import Outcome, run_session
 
 BIG_FRAME = 256 * 1024  # the default frame cap: 8.2 s of 16 kHz s16le in one message
 

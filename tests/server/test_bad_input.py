@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from sensestream.client import Outcome, run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 NAN_F32 = np.array([0.1, np.nan, 0.2, 0.3], dtype="<f4").tobytes()

@@ -21,9 +21,9 @@ import pytest
 import soundfile as sf
 from openai import APIStatusError, OpenAI
 
+from sensestream.client import run_session
 from tests.server.inprocess import serving
 from tests.speech import Clip, three_sentences, to_s16le
-from tools.client import run_session
 
 SR = 16000
 KEY = "file-api-test-key-0123456789"

@@ -26,9 +26,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
+from sensestream.client import run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, chunks, to_s16le
-from tools.client import run_session
 
 SR = 16000
 

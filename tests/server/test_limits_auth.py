@@ -14,9 +14,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from sensestream.client import run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
-from tools.client import run_session
 
 KEY = "test-key-0123456789abcdef"
 SR = 16000

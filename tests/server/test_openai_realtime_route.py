@@ -24,12 +24,12 @@ from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
+from sensestream.client import run_session
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
 from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
-from tools.client import run_session
 from tools.g711 import encode_mulaw
 from tools.speech import noise_floor
 

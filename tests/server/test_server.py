@@ -19,9 +19,9 @@ from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
+from sensestream.client import Outcome, run_session
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sensestream.client import Outcome, run_session
 from tests.server.inprocess import HookedVadModel, serving
 from tests.speech import Clip, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 

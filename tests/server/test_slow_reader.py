@@ -19,9 +19,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from sensestream.client import Outcome, run_session
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, to_s16le
-from tools.client import Outcome, run_session
 
 SR = 16000
 PENDING = 8

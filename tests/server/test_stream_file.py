@@ -22,11 +22,11 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Response
 
+from sensestream.client import refusal
+from sensestream.stream.live import LiveView, display_width, live_line
+from sensestream.stream.output import out_is_dir, plan_output
 from tests.server.conftest import REPO, ServerProcess
 from tests.speech import Clip, three_sentences
-from tools.client import refusal
-from tools.stream_file.live import LiveView, display_width, live_line
-from tools.stream_file.output import out_is_dir, plan_output
 
 KEY = "stream-file-key-0123456789"
 SCRIPT = [sys.executable, "scripts/stream_file.py"]

@@ -16,12 +16,12 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from sensestream.client import multichannel_start
 from tests.callcentre.call import LABELS, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow, follow_url
 from tests.server.conftest import ServerProcess
 from tests.server.test_webhooks import Receiver, documented_signature, receiving
 from tests.speech import chunks
-from tools.client import multichannel_start
 
 KEY = "subscriber-test-key-0123456789"
 SECRET = b"webhook-secret-0123456789"

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sensestream.client import RefusedError, run_session
 from tests.server.conftest import REPO
 from tests.speech import Clip, to_s16le
-from tools.client import RefusedError, run_session
 from tools.spawn import ServerSpec, SpawnedServer, spawn
 
 SR = 16000

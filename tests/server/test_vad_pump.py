@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sensestream.client import Outcome as Session
+from sensestream.client import run_session
 from server.live.vad_pump import Outcome, VadPump, run_jobs
 from streaming.vad.fsmn import FsmnVadModel
 from streaming.vad.jobs import VadJob
 from streaming.vad.types import BlockVerdict, VadConfig, VadEvent, accept_each
 from tests.server.conftest import ServerProcess
 from tests.speech import Clip, three_sentences, to_s16le
-from tools.client import Outcome as Session
-from tools.client import run_session
 
 SR = 16000
 

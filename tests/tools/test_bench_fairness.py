@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from sensestream.client import Outcome
 from tools.bench_fairness import latencies_ms, summary
-from tools.client import Outcome
 
 
 def outcome() -> Outcome:

@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.server import Request, Response, ServerConnection, serve
 from websockets.datastructures import Headers
 
-from tools.client import (
+from sensestream.client import (
     ClientError,
     Outcome,
     RefusedError,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.client import pcm16
+from sensestream.client import pcm16
 from tools.speech import SAMPLE_RATE, load, noise_floor, synthesize, trim_silence
 
 FRAME_MS = 100

@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from sensestream.client import ClientError, Outcome, SessionOptions, converse
 from tools.bench.config import BenchConfig
 from tools.bench.corpus import FRAME_MS
 from tools.bench.plan import StreamPlan
 from tools.bench.scrape import Endpoint, Snapshot, is_idle, snapshot
-from tools.client import ClientError, Outcome, SessionOptions, converse
 from tools.stats import Reading, Stats, StatsSampler
 
 START = {"type": "start", "sample_rate": 16000, "encoding": "pcm_s16le", "language": "auto"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.client import bearer
+from sensestream.client import bearer
 from tools.http import get, http_base
 from tools.stats import Stats, read_stats
 

@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sensestream.client import ClientError, Outcome, multichannel_start
 from tools.bench.config import BenchConfig
 from tools.bench.load import LoadOutcome, live_session, measured, stream_log
 from tools.bench.plan import Utterance
 from tools.bench.scrape import Endpoint
 from tools.bench_calls.audio import RATE
 from tools.bench_calls.calls import LABELS, Call
-from tools.client import ClientError, Outcome, multichannel_start
 
 OPEN_TIMEOUT_S = 60.0  # a loaded server takes a while to answer a handshake
 STEREO, MONO = "stereo", "mono"

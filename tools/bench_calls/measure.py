@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sensestream.client import Outcome
 from tools.bench.config import BenchConfig
 from tools.bench.latency import (
     Latency,
@@ -20,7 +21,6 @@ from tools.bench.load import LoadOutcome, StreamLog, stream_log
 from tools.bench.plan import StreamPlan
 from tools.bench.server_load import ServerLoad
 from tools.bench_calls.load import Client, Seen
-from tools.client import Outcome
 
 UTTERANCE_EVENTS = ("partial", "final")
 

@@ -22,9 +22,9 @@ import numpy as np
 import soundfile as sf
 
 from engine.serving.tuning_cache import cpu_identity
+from sensestream.client import Outcome, bearer, pcm16, run_session
 from tools.bench.latency import percentiles
 from tools.bench_upload.upload import UploadResult, upload
-from tools.client import Outcome, bearer, pcm16, run_session
 from tools.spawn import ServerSpec, spawn
 from tools.speech import speak
 

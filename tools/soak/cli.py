@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.client import ClientError, Outcome, SessionOptions, converse, pcm16, split
+from sensestream.client import ClientError, Outcome, SessionOptions, converse, pcm16, split
 from tools.http import http_base
 from tools.soak.verdict import Level, Sample, at_rest, level, resource_checks, rss_growth
 from tools.spawn import ServerSpec, spawn

@@ -7,7 +7,7 @@ import shutil
 import unicodedata
 from typing import Any, TextIO
 
-from tools.stream_file.output import fmt_time
+from sensestream.stream.output import fmt_time
 
 CLEAR_LINE = "\r\x1b[2K"
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from tools.client import Outcome
+from sensestream.client import Outcome
 
 FORMATS = ("text", "jsonl", "srt", "vtt")
 EXTENSIONS = {"text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}

@@ -1,4 +1,5 @@
-"""scripts/stream_file.py's command line: each file one live stream, captions as they finish."""
+"""`sensestream stream` (and scripts/stream_file.py): each file one live stream, captions as
+they finish."""
 
 from __future__ import annotations
 
@@ -12,9 +13,17 @@ from pathlib import Path
 from engine.errors import AudioError
 from engine.features.audio_files import read_audio
 from engine.types import SAMPLE_RATE
-from tools.client import ClientError, Outcome, SessionOptions, bearer, converse, pace_for, pcm16
-from tools.stream_file.live import CLEAR_LINE, LiveView
-from tools.stream_file.output import (
+from sensestream.client import (
+    ClientError,
+    Outcome,
+    SessionOptions,
+    bearer,
+    converse,
+    pace_for,
+    pcm16,
+)
+from sensestream.stream.live import CLEAR_LINE, LiveView
+from sensestream.stream.output import (
     FORMATS,
     OutputPlan,
     StreamResult,

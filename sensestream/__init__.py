@@ -1,0 +1,1 @@
+"""SenseStream for its users: the `sensestream` command and the protocol-v1 client."""
