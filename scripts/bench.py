@@ -7,7 +7,7 @@ end-silence subtracted. Per utterance: first-partial latency and the gaps betwee
 Per run: errors, dropped sessions, and the server's batch sizes, queue delay, CPU, RSS and
 GPU memory from /stats and /metrics. `--find-capacity` searches for the largest N that meets
 the latency criteria; `--spawn-server` runs the whole comparison (as configured and at
-`--max-batch 1`) in one command. The work is done by `tools.bench`.
+`--max-batch 1`) in one command. The work is done by tools/bench/capacity/.
 
 Examples:
     python scripts/bench.py --url ws://127.0.0.1:8765/ws --streams 1,4,16 --duration 60
@@ -15,8 +15,8 @@ Examples:
         --find-capacity --duration 60 --json benchmarks/capacity.json --plot capacity.png
 """
 
-from tools.bench.cli import main
-from tools.bench.corpus import build_pool  # noqa: F401  (scripts/gpu_wheels.sh loads it from here)
+from tools.bench.capacity.cli import main
+from tools.bench.capacity.corpus import build_pool  # noqa: F401  (as gpu_wheels.sh loads it)
 
 if __name__ == "__main__":
     raise SystemExit(main())

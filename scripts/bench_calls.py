@@ -4,7 +4,7 @@ N two-party calls (8 kHz μ-law, each channel speaking about half the time, turn
 sometimes overlap) stream live over protocol v1 as multichannel stereo, and the same calls
 as 2N mono streams; rounds alternate, and the JSON holds both arms' final latency after
 the VAD, partial timing, errors, server CPU and batches, their B/A ratios and the verdict
-against docs/benchmarks.md's bounds. The work is done by `tools.bench_calls`.
+against docs/benchmarks.md's bounds. The work is done by tools/bench/calls/.
 
 Examples:
     python scripts/bench_calls.py --spawn-server models/test-full --server-args "--precision int8" \
@@ -14,7 +14,7 @@ Examples:
         --duration 10 --json /tmp/calls.json
 """
 
-from tools.bench_calls.cli import main
+from tools.bench.calls.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

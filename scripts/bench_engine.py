@@ -1,6 +1,6 @@
 """Engine throughput: audio-seconds per second, RTF and peak memory per batch size and length.
 
-The work is done by tools/bench_engine.py.
+The work is done by tools/bench/engine.py.
 
 Examples:
     python scripts/bench_engine.py --model models/test-full --backend onnx --precision int8 \
@@ -10,7 +10,7 @@ Examples:
         --json benchmarks/engine-torch-fp16-cuda.json
 """
 
-from tools.bench_engine import main
+from tools.bench.engine import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Our engine against sherpa-onnx 1.12.40 on the same weights, in alternating rounds.
 
-The work is done by tools/bench_peers/. sherpa-onnx runs from a side environment:
+The work is done by tools/bench/peers/. sherpa-onnx runs from a side environment:
     python3 -m venv ~/.cache/sensestream/peers/sherpa
     ~/.cache/sensestream/peers/sherpa/bin/pip install sherpa-onnx==1.12.40 numpy
 
@@ -9,7 +9,7 @@ Example:
         --json benchmarks/peers-int8.json
 """
 
-from tools.bench_peers.cli import main
+from tools.bench.peers.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Engine replicas on Ray Serve (1 and 2) against the in-process engine, side by side.
 
-The work is done by tools/bench_ray.py; it needs `pip install '.[ray]'` and runs a
+The work is done by tools/bench/ray/; it needs `pip install '.[ray]'` and runs a
 loopback-only local Ray cluster.
 
 Example:
@@ -8,7 +8,7 @@ Example:
         --json benchmarks/ray-replicas.json
 """
 
-from tools.bench_ray import main
+from tools.bench.ray.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

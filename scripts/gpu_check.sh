@@ -196,7 +196,7 @@ int8_recipes() { # int8_recipes SPEECH_DIR: the host CPU's int8 recipes (VNNI, A
 import sys
 from pathlib import Path
 import numpy as np
-from tools.bench.corpus import build_pool
+from tools.bench.capacity.corpus import build_pool
 pool = build_pool(Path(sys.argv[1]))[: int(sys.argv[3])]
 pcm = {f"c{i:02d}": np.frombuffer(b"".join(c.frames), np.int16)[: c.samples] for i, c in enumerate(pool)}
 np.savez(sys.argv[2], **pcm)

@@ -57,7 +57,7 @@ if command -v espeak-ng >/dev/null && command -v sox >/dev/null; then
   "$VENV_PY" - <<'EOF' || echo "warning: could not cache bench speech" >&2
 import sys
 from pathlib import Path
-from tools.bench.corpus import build_pool
+from tools.bench.capacity.corpus import build_pool
 pool = build_pool(Path(".whl/bench-speech"))
 print(f"cached {len(pool)} bench sentences in .whl/bench-speech", file=sys.stderr)
 EOF

@@ -1,4 +1,4 @@
-"""tools.bench_engine on the tiny model: per-case memory against price and budget, targets."""
+"""tools.bench.engine on the tiny model: per-case memory against price and budget, targets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tests.engine.gpu import needs_cuda
-from tools import bench_engine
+from tools.bench import engine as bench_engine
 
 
 def run(tiny: Path, tmp_path: Path, *extra: str) -> dict:

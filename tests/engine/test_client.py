@@ -12,7 +12,7 @@ from engine.client import EngineClient, EngineSnapshot
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions, InferenceRequest, RequestKind
-from tests.engine.test_async_engine import make_engine
+from tests.engine.serving.test_async_engine import make_engine
 from tests.speech import Clip
 
 
