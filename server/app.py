@@ -267,7 +267,7 @@ class App:
         if remote is None:
             self.engine, report = await open_local(self.config, self.environ, self.registry)
         else:
-            log.info("attaching to engine replicas at %s (app %s)", remote.address, remote.app)
+            log.info("attaching to engine replicas at %s", remote)
             self.engine = attaching = await open_remote(remote, self.registry)
             report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)

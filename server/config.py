@@ -268,9 +268,10 @@ class SessionSettings:
 class EngineSettings:
     """Which model runs where, how batches form, and the test-model stand-in."""
 
-    # `local` builds the engine in this process; `ray://auto` or `ray://HOST:PORT` attaches
-    # to Ray Serve engine replicas instead (the options below then describe the replicas'
-    # build, done by `python -m server.replicas`, not this process's).
+    # `local` builds the engine in this process; `unix:PATH[,PATH…]` attaches to engine
+    # processes on this host (`python -m server.engines.process --socket PATH`), and
+    # `ray://auto` or `ray://HOST:PORT` to Ray Serve engine replicas (the options below then
+    # describe those engines' build, done by those commands, not this process's).
     engine_url: str = "local"
     model: str = DEFAULT_MODEL_ID
     backend: str = "onnx"

@@ -1,4 +1,5 @@
-"""Where the engine runs: built in this process, or Ray Serve replicas this gateway attaches to."""
+"""Where the engine runs: built in this process, or replicas this gateway attaches to
+(engine processes on this host over Unix sockets, or Ray Serve replicas)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from prometheus_client import CollectorRegistry
 
 from engine.client import EngineClient
 from engine.errors import EngineError
-from engine.remote.gateway import RemoteEngine
+from engine.remote.gateway import RemoteEngine, Transport
 from engine.remote.metrics import RemoteMetrics
+from engine.remote.unix import UnixTransport
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.builder import EngineReport, build_engine_parts
 from engine.serving.metrics import EngineMetrics
 from server.config import ServerConfig
 from server.engines.models import choose_model, tuning_folder
-from server.engines.url import RayAddress
+from server.engines.url import RayAddress, UnixSockets
 
 
 class RayMissingError(EngineError):
@@ -38,19 +40,29 @@ async def open_local(
     return engine, parts.report
 
 
-async def open_remote(address: RayAddress, registry: CollectorRegistry) -> RemoteEngine:
-    """Attach to the replicas' Serve application; `RemoteEngine.attached()` then waits
-    for the first replica to answer."""
+async def open_remote(
+    address: RayAddress | UnixSockets, registry: CollectorRegistry
+) -> RemoteEngine:
+    """Attach to the replicas (engine processes' sockets, or a Serve application);
+    `RemoteEngine.attached()` then waits for the first replica to answer."""
+    transport: Transport
+    if isinstance(address, UnixSockets):
+        transport = UnixTransport(address.paths)
+    else:
+        transport = await _ray_transport(address)
+    engine = RemoteEngine(transport, RemoteMetrics(registry))
+    engine.start()
+    return engine
+
+
+async def _ray_transport(address: RayAddress) -> Transport:
     try:
         from engine.remote.ray_serve import connect
     except ImportError as exc:
         raise RayMissingError(
             f"engine_url ray://… needs Ray here: pip install '.[ray]' ({exc})"
         ) from exc
-    transport = await asyncio.to_thread(connect, address.address, address.app)
-    engine = RemoteEngine(transport, RemoteMetrics(registry))
-    engine.start()
-    return engine
+    return await asyncio.to_thread(connect, address.address, address.app)
 
 
 def is_remote(engine: EngineClient | None) -> bool:
