@@ -187,7 +187,7 @@ class FunasrCodec:
         """New text as a 2pass-online increment (clients append every increment)."""
         if self._config.mode == "offline":
             return ()
-        settled = partial.text[: self._settled_chars(partial)]
+        settled = partial.text[: self._take_partial(partial)]
         sent = self._online_sent.get(partial.utt_id, "")
         # Only growth is sent: text once sent cannot be taken back.
         if len(settled) <= len(sent) or not settled.startswith(sent):
@@ -195,8 +195,9 @@ class FunasrCodec:
         self._online_sent[partial.utt_id] = settled
         return (self._message(ONLINE, settled[len(sent) :]),)
 
-    def _settled_chars(self, partial: Partial) -> int:
-        """How much of a partial may go out as online text in the client's mode."""
+    def _take_partial(self, partial: Partial) -> int:
+        """How much of a partial may go out as online text in the client's mode (in 2pass
+        mode the partial is kept, to compare the next one with)."""
         if self._config.mode == "online":
             # Nothing replaces an online client's text: only what the final is sure to keep.
             return partial.stable_chars
