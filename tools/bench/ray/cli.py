@@ -4,39 +4,18 @@ a loopback Ray cluster, each running the same workload; the JSON and its ratios.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engine.remote.messages import LOCAL_CLUSTER_ENV
-from engine.serving.async_engine import AsyncEngine
-from engine.serving.builder import EngineConfig, build_engine_parts
 from engine.serving.tuning_cache import usable_cpus
 from tools.bench import ray as package
 from tools.bench.common.cli import add_json, parser_for
 from tools.bench.common.output import machine, write_json
-from tools.bench.ray.workload import engine_config, measure, utterances
-
-
-def in_process(config: EngineConfig, clips: Sequence[np.ndarray], args: Any) -> dict[str, Any]:
-    parts = build_engine_parts(config)
-
-    async def run() -> dict[str, Any]:
-        engine = AsyncEngine.from_parts(parts)
-        engine.start()
-        try:
-            return await measure(engine, clips, args)
-        finally:
-            await engine.close(timeout=30)
-
-    return {"target": "in-process", "replicas": 0, "threads": config.backend.threads} | (
-        asyncio.run(run())
-    )
+from tools.bench.ray.workload import engine_config, in_process, utterances
 
 
 def parser() -> argparse.ArgumentParser:

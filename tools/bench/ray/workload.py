@@ -15,7 +15,8 @@ import numpy as np
 from engine.backends.registry import BackendOptions
 from engine.client import EngineClient
 from engine.remote.messages import Tick
-from engine.serving.builder import EngineConfig
+from engine.serving.async_engine import AsyncEngine
+from engine.serving.builder import EngineConfig, build_engine_parts
 from engine.types import SAMPLE_RATE, DecodeOptions, InferenceRequest, RequestKind
 from tools.bench.common.stats import spread
 from tools.speech import speak
@@ -105,6 +106,22 @@ def summary(seconds: Sequence[float]) -> dict[str, float]:
 async def measure(engine: EngineClient, clips: Sequence[np.ndarray], args: Any) -> dict[str, Any]:
     lone = await serial(engine, clips[1], args.serial)  # a 4 s final
     return {"serial_4s_final": lone, "burst": await burst(engine, clips, args.sessions)}
+
+
+def in_process(config: EngineConfig, clips: Sequence[np.ndarray], args: Any) -> dict[str, Any]:
+    parts = build_engine_parts(config)
+
+    async def run() -> dict[str, Any]:
+        engine = AsyncEngine.from_parts(parts)
+        engine.start()
+        try:
+            return await measure(engine, clips, args)
+        finally:
+            await engine.close(timeout=30)
+
+    return {"target": "in-process", "replicas": 0, "threads": config.backend.threads} | (
+        asyncio.run(run())
+    )
 
 
 def engine_config(args: Any, threads: int) -> EngineConfig:
