@@ -365,7 +365,9 @@ class UnixTransport:
                 waiting = conn.pending.pop(answer.call_id, None)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(answer)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (asyncio.IncompleteReadError, ConnectionError, pickle.UnpicklingError) as exc:
+            # A garbled frame ends the connection as a closed one does (the replica is
+            # lost and found again), instead of leaving this task's error unretrieved.
             why = f"the engine process went away ({type(exc).__name__})"
         finally:
             self._broken(conn, why)
