@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -24,8 +25,12 @@ from engine.serving.devices import device_index
 from engine.serving.monitor import Monitor, cuda_uuids, load_nvml
 from server.config import ListenConfig, ServerConfig
 from server.engines.attach import is_remote, open_local, open_remote
-from server.engines.url import parse_engine_url
+from server.engines.url import UnixSockets, parse_engine_url
 from server.files.api import FileApi
+from server.host.admission import Admission, Kind, Scope, limits_of
+from server.host.link import HostLink, WorkerSeat
+from server.host.local import Host, LocalHost
+from server.host.messages import Gathered, Topic
 from server.http.addresses import page_url
 from server.http.auth import load_keys, origin_allowed, presented_token
 from server.http.client_address import client_host
@@ -142,7 +147,12 @@ def make_vad(config: ServerConfig) -> VadModel:
 class App:
     """Owns the engine, the VAD weights, the sessions and the listening socket."""
 
-    def __init__(self, config: ServerConfig, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        environ: Mapping[str, str] | None = None,
+        seat: WorkerSeat | None = None,
+    ) -> None:
         self.config = config
         self.environ: Mapping[str, str] = environ if environ is not None else {}
         self.registry = CollectorRegistry()
@@ -153,15 +163,25 @@ class App:
         self.vad: VadModel | None = None
         self.vad_pump: VadPump | None = None  # with `vad_thread`: live sessions' VAD thread
         self.sessions: dict[str, Connection] = {}
-        self.streams = StreamHub(config.limits.max_pending_events, config.limits.stream_backlog)
-        self.follower_slots = FollowerSlots(self.streams, config.limits)
+        # Host-wide state: this process's own, or the supervisor's (a worker's link).
+        self.seat = seat
+        self.link = HostLink(seat.worker, seat.control, self) if seat is not None else None
+        self.streams = StreamHub(
+            config.limits.max_pending_events, config.limits.stream_backlog, self.link
+        )
+        self.host: Host = self.link or LocalHost(Admission(limits_of(config.limits)), self.streams)
+        if self.link is not None:  # what a relayed follower may queue: as a local one
+            self.link.follower_capacity = (
+                config.limits.max_pending_events + config.limits.stream_backlog
+            )
+        self.follower_slots = FollowerSlots(self.host, config.limits)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
         self.origins = config.listen.origin_policy()
-        self._per_ip: dict[str, int] = {}
         self.routes = websocket_routes()
         self.file_api = FileApi(self)
         self.state = "starting"
+        self._engines_expected = 1
         self.port: int | None = None
         self.started = time.monotonic()
         self._stop = asyncio.Event()
@@ -174,6 +194,42 @@ class App:
 
         Binding comes first, before any model work, so a taken port fails at once.
         """
+        sockets, ops_sockets = self._sockets()
+        if self.link is not None:
+            await self.link.connect()
+            self.link.on_lost = self.request_shutdown  # no supervisor: stop, as told to
+        servers = [(self._asgi_server(main_app(self)), sockets)]
+        if ops_sockets:
+            servers.append((self._asgi_server(ops_app(self)), ops_sockets))
+        tasks: list[asyncio.Task[None]] = []
+
+        def start_serving() -> None:
+            tasks.extend(asyncio.create_task(srv.serve(socks)) for srv, socks in servers)
+
+        if self.seat is None or self.seat.serve_early:
+            start_serving()
+        try:
+            self.port = bound_port(sockets)
+            log.info(
+                "listening on port %d, page at %s; loading the model (/readyz: 503 until ready)",
+                self.port,
+                page_url(self.config, self.port),
+            )
+            if on_listening is not None:
+                on_listening(self.port)
+            # A worker that shares its sockets with ready workers takes connections only
+            # once ready itself: until then the kernel hands them to the others.
+            await self._run_until_stopped(None if tasks else start_serving)
+        finally:
+            for (srv, _), task in zip(servers, tasks, strict=False):
+                await stop(srv, task)
+
+    def _sockets(self) -> tuple[list[socket.socket], list[socket.socket]]:
+        """The listening sockets: a worker's, inherited from its supervisor; else bound
+        here (the main port's, then the ops port's when asked for)."""
+        if self.seat is not None:
+            inherited = [socket.socket(fileno=fd) for fd in self.seat.listen_fds]
+            return inherited, [socket.socket(fileno=fd) for fd in self.seat.ops_fds]
         listen, limits = self.config.listen, self.config.limits
         sockets = bind(listen.host, listen.port, limits.send_buffer_bytes)
         ops_sockets = []
@@ -186,23 +242,7 @@ class App:
                     sock.close()
                 raise
             log.info("operational endpoints on %s:%d", ops_host, bound_port(ops_sockets))
-        servers = [(self._asgi_server(main_app(self)), sockets)]
-        if ops_sockets:
-            servers.append((self._asgi_server(ops_app(self)), ops_sockets))
-        tasks = [asyncio.create_task(srv.serve(socks)) for srv, socks in servers]
-        try:
-            self.port = bound_port(sockets)
-            log.info(
-                "listening on port %d, page at %s; loading the model (/readyz: 503 until ready)",
-                self.port,
-                page_url(self.config, self.port),
-            )
-            if on_listening is not None:
-                on_listening(self.port)
-            await self._run_until_stopped()
-        finally:
-            for (srv, _), task in zip(servers, tasks, strict=True):
-                await stop(srv, task)
+        return sockets, ops_sockets
 
     def _asgi_server(self, asgi: Starlette) -> QuietServer:
         listen = self.config.listen
@@ -221,10 +261,12 @@ class App:
             timeout_graceful_shutdown=5,
         )
 
-    async def _run_until_stopped(self) -> None:
+    async def _run_until_stopped(self, once_ready: Callable[[], None] | None = None) -> None:
         lag = asyncio.create_task(self._watch_loop_lag())
         try:
             if await self._load_unless_stopped():
+                if once_ready is not None and self.state == "ready":
+                    once_ready()
                 await self._stop.wait()
                 await self._drain()
         finally:
@@ -235,6 +277,8 @@ class App:
             await self.webhooks.close(timeout_s=self.config.shutdown_timeout_s)
             if self.vad_pump is not None:
                 await self.vad_pump.close()
+            if self.link is not None:
+                await self.link.close()
 
     async def _load_unless_stopped(self) -> bool:
         """Load, but give up at SIGTERM: a first start can spend a minute building a model."""
@@ -268,6 +312,8 @@ class App:
             self.engine, report = await open_local(self.config, self.environ, self.registry)
         else:
             log.info("attaching to engine replicas at %s", remote)
+            if isinstance(remote, UnixSockets):
+                self._engines_expected = len(remote.paths)
             self.engine = attaching = await open_remote(remote, self.registry)
             report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)
@@ -325,10 +371,10 @@ class App:
         return self._readyz()
 
     async def metrics_route(self, request: Request) -> Response:
-        return self._guarded(request) or self._metrics()
+        return self._guarded(request) or await self._metrics()
 
     async def stats_route(self, request: Request) -> Response:
-        return self._guarded(request) or json_response(200, self.stats())
+        return self._guarded(request) or json_response(200, await self.stats())
 
     async def stream_probe(self, request: Request, key_in_band: bool = False) -> Response:
         refusal = self.refusal(request, key_in_band)
@@ -399,22 +445,48 @@ class App:
     def _readyz(self) -> Response:
         engine = self.engine
         engine_ok = engine is not None and engine.healthy
-        # A gateway says how many engine replicas answer (none answering: not ready).
+        # A gateway says how many engine replicas answer (none answering: not ready); a
+        # worker needs every engine process of its host to answer.
         replicas = engine.snapshot().replicas if is_remote(engine) and engine else None
         answering = "" if replicas is None else f": {len(replicas)} engine replica(s) answer"
+        if self.seat is not None and replicas is not None:
+            engine_ok = engine_ok and len(replicas) >= self._engines_expected
         if self.state == "ready" and engine_ok:
             return text_response(200, f"ready{answering}\n")
         reason = self.state if self.state != "ready" else "engine unhealthy"
         return text_response(503, f"not ready: {reason}{answering}\n")
 
-    def _metrics(self) -> Response:
+    async def _metrics(self) -> Response:
+        if self.link is None:
+            body = self.local_metrics()
+        else:  # every process's series, put together by the supervisor
+            gathered = await self.link.gather(Topic.METRICS)
+            body = gathered if isinstance(gathered, bytes) else b""
+        return response(200, body, "text/plain; version=0.0.4")
+
+    def local_metrics(self) -> bytes:
+        """This process's series."""
         self.monitor.snapshot(self._gpu_indices())
         if self.engine is not None:
             self.engine.snapshot()  # brings the engine's queue gauge up to date
-        return response(200, generate_latest(self.registry), "text/plain; version=0.0.4")
+        return generate_latest(self.registry)
 
-    def stats(self) -> dict[str, Any]:
-        """JSON for /stats and the web client's engine panel."""
+    async def stats(self) -> dict[str, Any]:
+        """JSON for /stats and the web client's engine panel: with workers, the host's
+        counts added up and its `processes`."""
+        out = self.local_stats()
+        if self.link is None:
+            return out
+        gathered = await self.link.gather(Topic.STATS)
+        if isinstance(gathered, Gathered):
+            reports = [r for r in gathered.reports if isinstance(r, dict)]
+            for name in HOST_COUNTS:
+                out[name] = sum(int(r.get(name) or 0) for r in reports)
+            out["processes"] = gathered.processes
+        return out
+
+    def local_stats(self) -> dict[str, Any]:
+        """This process's stats."""
         engine = self.engine
         out: dict[str, Any] = {
             "state": self.state,
@@ -448,17 +520,29 @@ class App:
             await websocket.send_denial_response(admitted)
             return
         codec, claim = admitted
-        await websocket.accept(choose_subprotocol(websocket.scope.get("subprotocols") or []))
+        await websocket.accept(
+            choose_subprotocol(websocket.scope.get("subprotocols") or []), self._served_by()
+        )
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
-        over = self._over_capacity(port.peer)
-        if over is not None:
+        lease = await self.host.acquire(Kind.SESSION, port.peer)
+        if isinstance(lease, Scope):
+            over = self._over_capacity(lease)
             self.metrics.protocol_error(over.code)
             for frame in codec.encode(ErrorEvent(over.code, over.message)):
                 await port.send(frame)
             await port.close(over.close_code, "try again later")
             return
-        await self._run_session(port, codec, route, claim)
+        try:
+            await self._run_session(port, codec, route, claim)
+        finally:
+            self.host.release(lease)
+
+    def _served_by(self) -> list[tuple[bytes, bytes]]:
+        """The upgrade's header naming the worker that serves it (tests pin on it)."""
+        if self.seat is None:
+            return []
+        return [(b"x-sensestream-worker", str(self.seat.worker).encode())]
 
     def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> tuple[Codec, Claim] | Response:
         """The connection's codec and whose it is, or the HTTP answer that refuses its upgrade.
@@ -536,18 +620,13 @@ class App:
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
             vad_pump=self.vad_pump,
         )
-        peer = port.peer
         self.sessions[session_id] = conn
-        self._per_ip[peer] = self._per_ip.get(peer, 0) + 1
         self.metrics.connections.inc()
         self.metrics.sessions.set(len(self.sessions))
         try:
             await conn.run()
         finally:
             self.sessions.pop(session_id, None)
-            left = self._per_ip.pop(peer, 1) - 1
-            if left:
-                self._per_ip[peer] = left
             self.metrics.sessions.set(len(self.sessions))
             if isinstance(codec, TwilioCodec):
                 self.metrics.twilio_placement(session_id, codec.stats)
@@ -563,7 +642,7 @@ class App:
         caller = self.caller(request)
         if caller is None:
             return unauthorized("missing or wrong API key")
-        return json_response(200, {"streams": self.streams.describe(caller)})
+        return json_response(200, {"streams": await self.host.streams(caller)})
 
     async def follow(self, websocket: WebSocket) -> None:
         """WS /v1/streams/{id}/events: a live stream's events, from now, after its finals."""
@@ -572,7 +651,7 @@ class App:
             await websocket.send_denial_response(sub)
             return
         try:
-            await websocket.accept()
+            await websocket.accept(headers=self._served_by())
             port = SocketPort(websocket)
             port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
             await Follower(port, sub, self.streams).run()
@@ -586,7 +665,7 @@ class App:
         does: a follower that starts with the call need not race it.
         """
         peer = client_host(websocket)
-        refusal = self.refusal(websocket) or self.follower_slots.refusal(peer)
+        refusal = self.refusal(websocket) or await self.follower_slots.refusal(peer)
         if refusal is not None:
             return refusal
         stream_id = websocket.path_params["stream_id"]
@@ -594,14 +673,7 @@ class App:
         if isinstance(key, Response):
             return key
         wait_s = readiness_wait(websocket.query_params.get("wait"), FOLLOW_WAIT_CAP_S)
-        stream = await self.follower_slots.stream(key, wait_s, peer)
-        if isinstance(stream, Response):
-            return stream
-        if stream is None:
-            return text_response(404, f"no live stream {stream_id!r}\n")
-        if len(stream.subscribers) >= MAX_SUBSCRIBERS:
-            return text_response(429, f"stream has {MAX_SUBSCRIBERS} subscribers\n")
-        return self.follower_slots.subscribe(key, peer) or text_response(404, "stream ended\n")
+        return await self.follower_slots.follow(key, wait_s, peer, stream_id)
 
     def _followed_key(self, conn: HTTPConnection, stream_id: str) -> str | Response:
         """The hub key of the stream a follower names: its own tenant's stream of that id,
@@ -613,15 +685,13 @@ class App:
             return text_response(403, "only an admin key may follow another tenant's stream\n")
         return key
 
-    def _over_capacity(self, peer: str) -> ServerFullError | None:
-        if len(self.sessions) >= self.config.limits.max_sessions:
-            return ServerFullError(
-                f"server is at its limit of {self.config.limits.max_sessions} sessions"
-            )
-        if self._per_ip.get(peer, 0) >= self.config.limits.max_sessions_per_ip:
-            limit = self.config.limits.max_sessions_per_ip
-            return ServerFullError(f"this address already has {limit} sessions open")
-        return None
+    def _over_capacity(self, scope: Scope) -> ServerFullError:
+        limits = self.config.limits
+        if scope is Scope.TOTAL:
+            return ServerFullError(f"server is at its limit of {limits.max_sessions} sessions")
+        return ServerFullError(
+            f"this address already has {limits.max_sessions_per_ip} sessions open"
+        )
 
 
 #: How soon a protocol that carries its key in its first message (Twilio) must send it.
@@ -629,9 +699,6 @@ START_DEADLINE_S = 10.0
 
 #: The longest a follower's handshake waits for its stream to start.
 FOLLOW_WAIT_CAP_S = 30.0
-
-#: Followers of one stream (each holds a socket and a bounded outbox).
-MAX_SUBSCRIBERS = 32
 
 #: What may wait in user space for one WebSocket client before sends wait (asyncio's own
 #: default is 64 KiB; --send-buffer-bytes sets both this and the kernel's buffer).
@@ -649,6 +716,9 @@ SUBPROTOCOLS = ("binary", "realtime")
 def choose_subprotocol(offered: list[str]) -> str | None:
     return next((name for name in SUBPROTOCOLS if name in offered), None)
 
+
+#: The /stats counts that add up across a host's workers.
+HOST_COUNTS = ("sessions", "streams", "followers", "waiting_followers")
 
 #: The longest /readyz long poll.
 READY_WAIT_CAP_S = 8.0

@@ -24,6 +24,7 @@ from engine.backends.registry import BackendOptions
 from engine.model.directory import DEFAULT_MODEL_ID
 from engine.serving.budget import parse_size
 from engine.serving.builder import EngineConfig
+from engine.serving.devices import parse_devices
 from engine.serving.scheduler import SchedulerConfig
 from server.engines.url import parse_engine_url
 from server.http.auth import OriginPolicy
@@ -349,10 +350,16 @@ class ServerConfig:
     engine: EngineSettings = field(default_factory=EngineSettings)
     shutdown_timeout_s: float = 30.0
     log_level: str = "info"
+    # Front-end worker processes: 1 is one process doing everything; N > 1 adds a
+    # supervisor and one engine process per device (docs/deploy.md); `auto` is the usable
+    # cores less one per engine process, at least 1.
+    workers: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.shutdown_timeout_s > 0:
             raise ValueError("shutdown_timeout_s must be > 0")
+        if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) >= 1):
+            raise ValueError(f"workers must be 'auto' or a whole number >= 1; got {self.workers!r}")
         if self.log_level.lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
 
@@ -373,6 +380,13 @@ class ServerConfig:
 
     def engine_config(self, model: str, tuning_cache: Path | None) -> EngineConfig:
         return self.engine.engine_config(model, self.session.max_segment_ms, tuning_cache)
+
+    def worker_count(self, usable_cores: int) -> int:
+        """How many worker processes: as set, or `auto`'s share of `usable_cores`."""
+        if self.workers != "auto":
+            return int(self.workers)
+        engines = 0 if self.engine.engine_url != "local" else len(parse_devices(self.engine.device))
+        return max(1, usable_cores - engines)
 
 
 def option_owners() -> dict[str, str | None]:

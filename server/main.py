@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ from server.app import App
 from server.config import ServerConfig, current_environ, load_config
 from server.http.addresses import ListenError, page_url, ws_url
 from server.http.auth import load_keys
+from server.supervisor.host import Supervisor, install_signals
 
 log = logging.getLogger("sensestream")
 
@@ -32,8 +34,9 @@ async def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     environ = current_environ()
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        config = load_config(argv, environ)
+        config = load_config(args, environ)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -48,8 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"SenseStream listening on {ws_url(config, port)}", flush=True)
         print(f"SenseStream page: {page_url(config, port)}", flush=True)
 
+    workers = config.worker_count(len(os.sched_getaffinity(0)))
+    if workers > 1:
+        return supervise(config, args, workers, announce)
     try:
-        _runner()(run(config, environ, announce))
+        runner()(run(config, environ, announce))
     except ListenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -69,7 +75,25 @@ def configure_logging(level: str) -> None:
         logging.getLogger("uvicorn").setLevel(logging.WARNING)
 
 
-def _runner() -> Callable[..., object]:
+def supervise(
+    config: ServerConfig, argv: Sequence[str], workers: int, announce: Callable[[int], None]
+) -> int:
+    """Serve with a supervisor, `workers` worker processes and engine processes."""
+
+    async def serve() -> int:
+        supervisor = Supervisor(config, argv, workers)
+        install_signals(supervisor)
+        return await supervisor.run(announce)
+
+    try:
+        status: int = asyncio.run(serve())
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return status
+
+
+def runner() -> Callable[..., object]:
     try:
         import uvloop
     except ImportError:

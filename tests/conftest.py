@@ -64,6 +64,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_test_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
+@pytest.fixture(scope="module", params=["1", "2"], ids=["1-process", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> str:
+    """How many worker processes a module's real server runs (`--workers`): the protocol
+    suites run against one process and against a supervisor with two workers (issue 36)."""
+    value: str = request.param
+    return value
+
+
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed demo model, seen through a folder of links, with fp32 ONNX beside it.

@@ -28,7 +28,7 @@ import socket
 import stat
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -63,11 +63,16 @@ class Collect:
 
 
 @dataclass(frozen=True, slots=True)
+class Scrape:
+    """Ask the engine process for its metrics (Prometheus text), for its supervisor."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """One call on a connection; its answer carries the same `call_id`."""
 
     call_id: int
-    body: Greet | Tick | Collect
+    body: Greet | Tick | Collect | Scrape
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +80,14 @@ class Answer:
     """A call's answer: its value, or why the replica failed it."""
 
     call_id: int
-    value: Hello | Collected | None = None
+    value: Hello | Collected | bytes | None = None
     error: str | None = None
 
 
 # ---- frames ----------------------------------------------------------------------------
 
 
-def encode(message: Call | Answer) -> bytes:
+def encode(message: object) -> bytes:
     # In-band pickle (no out-of-band buffers): the engine gets audio arrays it owns and may
     # write to, and copying a few seconds of audio costs nothing next to decoding it.
     data = pickle.dumps(message, protocol=5)
@@ -103,9 +108,12 @@ async def read_frame(reader: asyncio.StreamReader) -> object:
 class ReplicaServer:
     """One replica's calls answered on a Unix socket; `close` drops every connection."""
 
-    def __init__(self, replica: EngineReplica, path: str) -> None:
+    def __init__(
+        self, replica: EngineReplica, path: str, scrape: Callable[[], bytes] | None = None
+    ) -> None:
         self.replica = replica
         self.path = path
+        self._scrape = scrape
         self._server: asyncio.Server | None = None
         self._inode: int | None = None
         # Each connection's handler (asyncio's task) and its writer.
@@ -172,6 +180,8 @@ class ReplicaServer:
             if isinstance(call.body, Tick):
                 self.replica.tick(call.body, asyncio.get_running_loop().time())
                 return Answer(call.call_id)
+            if isinstance(call.body, Scrape):
+                return Answer(call.call_id, self._scrape() if self._scrape else b"")
             return Answer(call.call_id, self.replica.hello())
         # The call's boundary: the gateway learns of the failure from the answer (and
         # treats the replica as lost), and this connection goes on serving.
@@ -193,9 +203,12 @@ class ReplicaServer:
             await writer.drain()
 
 
-async def serve_replica(replica: EngineReplica, path: str) -> ReplicaServer:
-    """Serve `replica` on a Unix socket at `path` (mode 0600; a stale file is replaced)."""
-    server = ReplicaServer(replica, path)
+async def serve_replica(
+    replica: EngineReplica, path: str, scrape: Callable[[], bytes] | None = None
+) -> ReplicaServer:
+    """Serve `replica` on a Unix socket at `path` (mode 0600; a stale file is replaced);
+    `scrape` answers `Scrape` calls (the engine's metrics)."""
+    server = ReplicaServer(replica, path, scrape)
     await server.start()
     return server
 
@@ -336,7 +349,7 @@ class UnixTransport:
 
     async def _call(
         self, conn: _Connection, body: Greet | Tick | Collect
-    ) -> Hello | Collected | None:
+    ) -> Hello | Collected | bytes | None:
         if conn.lost:
             raise ReplicaLostError(conn.replica, conn.lost)
         call_id = next(conn.ids)

@@ -20,6 +20,10 @@ from server.config import ServerConfig
 from server.engines.models import choose_model, tuning_folder
 from server.engines.url import RayAddress, UnixSockets
 
+#: Seconds between looks for new engine replicas (at once whenever one is lost).
+UNIX_DISCOVER_EVERY_S = 1.0
+RAY_DISCOVER_EVERY_S = 10.0
+
 
 class RayMissingError(EngineError):
     """`engine_url` names Ray, and Ray is not installed here."""
@@ -48,9 +52,13 @@ async def open_remote(
     transport: Transport
     if isinstance(address, UnixSockets):
         transport = UnixTransport(address.paths)
+        # Looking for an engine process is one connect on this host: cheap enough to do
+        # every second, so a restarted engine is back within about a second.
+        every_s = UNIX_DISCOVER_EVERY_S
     else:
         transport = await _ray_transport(address)
-    engine = RemoteEngine(transport, RemoteMetrics(registry))
+        every_s = RAY_DISCOVER_EVERY_S
+    engine = RemoteEngine(transport, RemoteMetrics(registry), discover_every_s=every_s)
     engine.start()
     return engine
 

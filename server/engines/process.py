@@ -22,11 +22,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from engine.errors import EngineError
 from engine.remote.replica import EngineReplica
 from engine.remote.unix import serve_replica
+from engine.serving.async_engine import AsyncEngine
 from server.config import ServerConfig, current_environ, load_config
 from server.engines.attach import open_local
 from server.main import configure_logging
@@ -82,7 +83,8 @@ async def serve_engine(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    load = asyncio.ensure_future(open_local(config, environ, CollectorRegistry()))
+    registry = CollectorRegistry()
+    load = asyncio.ensure_future(open_local(config, environ, registry))
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({load, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if not load.done():  # stopped while loading: give the load up
@@ -93,7 +95,9 @@ async def serve_engine(
     try:
         # One id per process: a restarted engine is a new replica to its gateways.
         replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        server = await serve_replica(EngineReplica(engine, replica_id, report), path)
+        replica = EngineReplica(engine, replica_id, report)
+        # Its supervisor scrapes its metrics through the socket (one /metrics per host).
+        server = await serve_replica(replica, path, lambda: scrape(engine, registry))
         try:
             log.info(
                 "engine %s ready: %s, max_batch %d", replica_id, report.backend, report.max_batch
@@ -104,6 +108,11 @@ async def serve_engine(
             await server.close()
     finally:
         await engine.close(CLOSE_TIMEOUT_S)
+
+
+def scrape(engine: AsyncEngine, registry: CollectorRegistry) -> bytes:
+    engine.snapshot()  # brings the queue gauges up to date, as a server's /metrics does
+    return generate_latest(registry)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ from engine.serving.builder import EngineReport
 from server.config import ServerConfig
 from server.files.transcriptions import FileAudio, FileJob
 from server.files.uploads import Upload, read_upload
+from server.host.admission import Kind
+from server.host.admission import Scope as Refused
+from server.host.local import Host
 from server.http.responses import json_response, response
 from streaming.events import Final
 from streaming.protocols.openai.files import (
@@ -52,8 +55,9 @@ class UploadSlot:
     """One running transcription's place under `max_uploads`, and what it holds open:
     the spooled upload, its decoder and its engine session. Released exactly once."""
 
-    def __init__(self, api: FileApi) -> None:
+    def __init__(self, api: FileApi, lease: int) -> None:
         self._api = api
+        self._lease = lease
         api._running += 1
         self.upload: Upload | None = None
         self.audio: FileAudio | None = None
@@ -65,6 +69,7 @@ class UploadSlot:
             return
         self._released = True
         self._api._running -= 1
+        self._api.app.host.release(self._lease)
         if self.runner is not None:
             self.runner.close()
         if self.audio is not None:
@@ -109,6 +114,8 @@ class FileApiHost(Protocol):
     def origin_refusal(self, conn: HTTPConnection) -> Response | None: ...
     def authorized(self, conn: HTTPConnection) -> bool: ...
     def session_config(self) -> SessionConfig: ...
+    @property
+    def host(self) -> Host: ...
 
 
 class FileApi:
@@ -137,10 +144,12 @@ class FileApi:
         if refusal is not None:
             return api_error(refusal)
         limits = self.app.config.limits
-        if self._running >= limits.max_uploads:
+        # One limit for the whole host: the lease is the supervisor's with several workers.
+        lease = await self.app.host.acquire(Kind.UPLOAD, "")
+        if isinstance(lease, Refused):
             message = f"the server is running its limit of {limits.max_uploads} transcriptions"
             return api_error(FileApiError(429, message, code="rate_limit_exceeded"))
-        slot = UploadSlot(self)
+        slot = UploadSlot(self, lease)
         handed_over = False
         try:
             answer = await self._transcribe(request, slot)

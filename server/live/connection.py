@@ -84,6 +84,8 @@ class Connection:
         self._outbox = Outbox(max_pending_events)
         self._idle_timeout_s = idle_timeout_s
         self._publisher = publisher
+        if publisher is not None:  # another worker had the stream's id first
+            publisher.on_refused = self._refused_elsewhere
         self._vad_pump = vad_pump  # runs the session's VAD when its config defers it
         # A protocol whose key rides in its first message (Twilio's `start`) must send it
         # soon: an unkeyed peer may not hold a session slot by trickling other messages.
@@ -264,6 +266,9 @@ class Connection:
             self._crash(exc)
             return False
         return self._error_close is None  # publishing can fail it (a taken stream id)
+
+    def _refused_elsewhere(self, exc: ProtocolError) -> None:
+        self._step(partial(self._fail, exc))
 
     def _fail(self, exc: ProtocolError) -> None:
         """Report a client error; the session still delivers the finals it owes."""

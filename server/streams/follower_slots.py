@@ -3,101 +3,94 @@
 A follower holds a socket and a bounded outbox from its upgrade until its socket closes; a
 `?wait=` handshake holds a socket (not yet upgraded) for up to 30 s. Both are counted by the
 client's address (a trusted proxy's header already applied), and waits apart from followers,
-so that neither one address nor a crowd of waits can take every follower slot.
+so that neither one address nor a crowd of waits can take every follower slot. The counts
+are the host's (server.host): with several workers, the supervisor's.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 from starlette.responses import Response
 
 from server.config import LimitsConfig
+from server.host.admission import Kind, Scope
+from server.host.local import Host
+from server.host.messages import Followed
 from server.http.responses import text_response
-from server.streams.hub import LiveStream, StreamHub, Subscription
+from server.streams.hub import MAX_SUBSCRIBERS, Subscription
 
 
 class FollowerSlots:
-    """Counts followers and waiting handshakes by address; refuses past the limits."""
+    """Takes follower and waiting slots from the host; refuses past the limits."""
 
-    def __init__(self, hub: StreamHub, limits: LimitsConfig) -> None:
-        self._hub = hub
+    def __init__(self, host: Host, limits: LimitsConfig) -> None:
+        self._host = host
         self._limits = limits
-        self._following: Counter[str] = Counter()
-        self._waiting: Counter[str] = Counter()
-        self._peers: dict[Subscription, str] = {}
+        self._leases: dict[Subscription, int] = {}
+        self.waiting = 0  # this process's handshakes waiting for their stream
 
     @property
     def following(self) -> int:
-        return self._following.total()
+        """This process's followers."""
+        return len(self._leases)
 
-    @property
-    def waiting(self) -> int:
-        return self._waiting.total()
-
-    def refusal(self, peer: str) -> Response | None:
+    async def refusal(self, peer: str) -> Response | None:
         """Why `peer` may not follow now (the whole server 503, its own address 429)."""
+        scope = await self._host.refusal(Kind.FOLLOWER, peer)
+        return None if scope is None else self._refused(Kind.FOLLOWER, scope)
+
+    async def follow(
+        self, key: str, wait_s: float, peer: str, name: str
+    ) -> Subscription | Response:
+        """Follow the live stream `key` (its id: `name`) in a follower slot, after waiting
+        up to `wait_s` in a waiting slot if it has not started; or the answer refusing it."""
+        found = await self._host.follow(key, 0.0)
+        if found is Followed.MISSING and wait_s > 0:
+            lease = await self._host.acquire(Kind.WAITING, peer)
+            if isinstance(lease, Scope):
+                return self._refused(Kind.WAITING, lease)
+            self.waiting += 1
+            try:
+                found = await self._host.follow(key, wait_s)
+            finally:
+                self.waiting -= 1
+                self._host.release(lease)
+        if found is Followed.FULL:
+            return text_response(429, f"stream has {MAX_SUBSCRIBERS} subscribers\n")
+        if not isinstance(found, Subscription):
+            return text_response(404, f"no live stream {name!r}\n")
+        # Counted once it follows: a wait that ends took no follower slot.
+        lease = await self._host.acquire(Kind.FOLLOWER, peer)
+        if isinstance(lease, Scope):
+            found.leave()
+            return self._refused(Kind.FOLLOWER, lease)
+        self._leases[found] = lease
+        return found
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """The follower's socket is done: leave the stream and free its slot (once)."""
+        sub.leave()
+        lease = self._leases.pop(sub, None)
+        if lease is not None:
+            self._host.release(lease)
+
+    def _refused(self, kind: Kind, scope: Scope) -> Response:
         limits = self._limits
-        if self.following >= limits.max_followers:
+        if kind is Kind.FOLLOWER and scope is Scope.TOTAL:
             return text_response(
                 503, f"server is at its limit of {limits.max_followers} followers\n"
             )
-        if self._following[peer] >= limits.max_followers_per_ip:
+        if kind is Kind.FOLLOWER:
             return text_response(
                 429, f"this address already has {limits.max_followers_per_ip} followers\n"
             )
-        return None
-
-    async def stream(
-        self, stream_id: str, wait_s: float, peer: str
-    ) -> LiveStream | Response | None:
-        """The live stream `stream_id`, after waiting up to `wait_s` in a waiting slot if it
-        has not started; a refusal when no slot is free, None when it never started."""
-        live = self._hub.get(stream_id)
-        if live is not None or wait_s <= 0:
-            return live
-        limits = self._limits
-        if self.waiting >= limits.max_waiting_followers:
+        if scope is Scope.TOTAL:
             return text_response(
                 503,
                 f"server already holds {limits.max_waiting_followers} followers waiting "
                 "for their stream\n",
             )
-        if self._waiting[peer] >= limits.max_waiting_followers_per_ip:
-            return text_response(
-                429,
-                f"this address already has {limits.max_waiting_followers_per_ip} followers "
-                "waiting for their stream\n",
-            )
-        self._waiting[peer] += 1
-        try:
-            return await self._hub.wait_for(stream_id, wait_s)
-        finally:
-            _release(self._waiting, peer)
-
-    def subscribe(self, stream_id: str, peer: str) -> Subscription | Response | None:
-        """Follow the live stream in a follower slot, or why not (None: it has ended).
-
-        The limits are checked again here: a wait that ends took no follower slot.
-        """
-        refusal = self.refusal(peer)
-        if refusal is not None:
-            return refusal
-        sub = self._hub.subscribe(stream_id)
-        if sub is not None:
-            self._following[peer] += 1
-            self._peers[sub] = peer
-        return sub
-
-    def unsubscribe(self, sub: Subscription) -> None:
-        """The follower's socket is done: leave the stream and free its slot (once)."""
-        self._hub.unsubscribe(sub)
-        peer = self._peers.pop(sub, None)
-        if peer is not None:
-            _release(self._following, peer)
-
-
-def _release(counts: Counter[str], peer: str) -> None:
-    counts[peer] -= 1
-    if counts[peer] <= 0:  # an address with nothing open leaves no entry behind
-        del counts[peer]
+        return text_response(
+            429,
+            f"this address already has {limits.max_waiting_followers_per_ip} followers "
+            "waiting for their stream\n",
+        )

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from server.http.tenants import ANONYMOUS, Claim, Tenant, stream_key
 from server.live.outbox import Outbox, OutboxOverflowError
@@ -35,15 +37,31 @@ from streaming.protocols.v1.codec import event_to_dict
 
 #: The finals a late subscriber can still catch up on, per stream (by default).
 MAX_BACKLOG = 500
+#: Followers of one stream (each holds a socket and a bounded outbox).
+MAX_SUBSCRIBERS = 32
+
+
+class StreamFullError(Exception):
+    """The stream already has `MAX_SUBSCRIBERS` followers."""
 
 
 class Subscription:
-    """One follower of a stream: its own bounded outbox, and whether it was dropped."""
+    """One follower of a stream: its own bounded outbox, and whether it was dropped.
 
-    def __init__(self, stream: LiveStream, max_pending: int) -> None:
+    A follower of a stream on another worker has no `stream` here: its events are relayed
+    (server.host.link), and leaving tells the relay through `on_leave`.
+    """
+
+    def __init__(
+        self,
+        stream: LiveStream | None,
+        max_pending: int,
+        on_leave: Callable[[], None] | None = None,
+    ) -> None:
         self.stream = stream
         self.outbox = Outbox(max_pending)
         self.dropped = asyncio.Event()  # set when it fell behind: its socket is closed
+        self._on_leave = on_leave
 
     def put(self, event: SessionEvent) -> bool:
         """Queue one event; False (and dropped) when the subscriber is too far behind."""
@@ -53,6 +71,22 @@ class Subscription:
             self.dropped.set()
             return False
         return True
+
+    def leave(self) -> None:
+        """Stop following (once): off the stream's list, and the relay told."""
+        if self.stream is not None and self in self.stream.subscribers:
+            self.stream.subscribers.remove(self)
+        on_leave, self._on_leave = self._on_leave, None
+        if on_leave is not None:
+            on_leave()
+
+
+class StreamObserver(Protocol):
+    """Told when a stream is listed and unlisted (the host-wide registry of workers)."""
+
+    def opened(self, stream: LiveStream) -> None: ...
+
+    def closed(self, stream: LiveStream) -> None: ...
 
 
 @dataclass
@@ -69,6 +103,9 @@ class LiveStream:
     subscribers: list[Subscription] = field(default_factory=list)
     ended: bool = False
     tenant: str = ""  # whose key started it (server.http.tenants); "" with no keys
+    # Ends the session when its id turns out to be taken on another worker (its
+    # publisher sets it; the host-wide check answers after the stream is listed here).
+    refuse: Callable[[ProtocolError], None] | None = None
 
     @property
     def key(self) -> str:
@@ -100,7 +137,13 @@ class StreamHub:
     tenant's namespace, the bare id with no keys), which is what `stream_id` names below.
     """
 
-    def __init__(self, max_pending: int = 256, max_backlog: int = MAX_BACKLOG) -> None:
+    def __init__(
+        self,
+        max_pending: int = 256,
+        max_backlog: int = MAX_BACKLOG,
+        observer: StreamObserver | None = None,
+    ) -> None:
+        self._observer = observer
         self._streams: dict[str, LiveStream] = {}
         self._opened: dict[str, asyncio.Event] = {}  # ids someone waits to follow
         self._waiters: Counter[str] = Counter()
@@ -134,6 +177,8 @@ class StreamHub:
         waiting = self._opened.pop(key, None)
         if waiting is not None:
             waiting.set()
+        if self._observer is not None:
+            self._observer.opened(stream)
         return stream
 
     async def wait_for(self, stream_id: str, timeout_s: float) -> LiveStream | None:
@@ -181,6 +226,8 @@ class StreamHub:
         stream.ended = True
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
+            if self._observer is not None:
+                self._observer.closed(stream)
         if reason is None:
             return  # `Ended` went out through publish
         for sub in list(stream.subscribers):
@@ -199,8 +246,7 @@ class StreamHub:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        if sub in sub.stream.subscribers:
-            sub.stream.subscribers.remove(sub)
+        sub.leave()
 
     def _drop(self, sub: Subscription) -> None:
         self.unsubscribe(sub)
@@ -208,6 +254,16 @@ class StreamHub:
 
     def get(self, stream_id: str) -> LiveStream | None:
         return self._streams.get(stream_id)
+
+    async def follow(self, stream_id: str, wait_s: float) -> Subscription | None:
+        """A new subscriber of the live stream, waiting up to `wait_s` for it to start;
+        None when it never started (or ended). `StreamFullError` past the most subscribers."""
+        stream = await self.wait_for(stream_id, wait_s)
+        if stream is None:
+            return None
+        if len(stream.subscribers) >= MAX_SUBSCRIBERS:
+            raise StreamFullError(stream_id)
+        return self.subscribe(stream_id)
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -240,6 +296,9 @@ class Publisher:
         self._stream: LiveStream | None = None
         self._webhook: WebhookDelivery | None = None
         self._refused = False
+        # The connection's way to end its session when another worker already has the
+        # stream's id (learnt a moment after the stream is listed here).
+        self.on_refused: Callable[[ProtocolError], None] | None = None
 
     def event(self, event: SessionEvent) -> ProtocolError | None:
         """Publish one event; the first `Configured` lists the stream (or is refused)."""
@@ -270,9 +329,14 @@ class Publisher:
             )
         except StreamIdTakenError as exc:
             return exc
+        self._stream.refuse = self._refused_elsewhere
         if url is not None and self._webhooks is not None:
             self._webhook = self._webhooks.open(url)
         return None
+
+    def _refused_elsewhere(self, exc: ProtocolError) -> None:
+        if self.on_refused is not None:
+            self.on_refused(exc)
 
     def _webhook_body(self, stream: LiveStream, event: SessionEvent) -> dict[str, object]:
         return {

@@ -39,8 +39,8 @@ TOLERANCE_MS = 100
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY)
+def server(tiny_model_dir: Path, workers: str) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY, "--workers", workers)
     yield proc
     proc.stop()
 

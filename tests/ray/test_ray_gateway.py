@@ -67,7 +67,7 @@ def test_the_gateway_gets_the_in_process_finals_from_two_replicas(
             url,
         ):
             outcomes = await stream_all(url, speech_clips)
-            return outcomes, app.stats(), app._readyz().body.decode()
+            return outcomes, await app.stats(), app._readyz().body.decode()
 
     outcomes, stats, ready = asyncio.run(run())
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only

@@ -57,8 +57,8 @@ class ServerProcess:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tiny_model_dir)
+def server(tiny_model_dir: Path, workers: str) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tiny_model_dir, "--workers", workers)
     yield proc
     proc.stop()
 

@@ -27,7 +27,7 @@ from tests.callcentre.audiohook_emulator import (
 )
 from tests.callcentre.call import Call, make_call
 from tests.callcentre.subscriber import Followed, follow
-from tests.server.inprocess import serving
+from tests.server.served import served
 
 KEY = "audiohook-test-key-0123456789"
 CONVERSATION = "090eaa2f-72fa-480a-83e0-8667ff89c0ec"
@@ -47,8 +47,8 @@ def audiohook_url(ws_url: str) -> str:
     return ws_url.removesuffix("/ws") + "/audiohook"
 
 
-async def call_and_follow(model: Path, call: Call) -> tuple[AudioHookRun, Followed]:
-    async with serving(model, api_keys=KEY) as (_, url):
+async def call_and_follow(model: Path, call: Call, workers: str) -> tuple[AudioHookRun, Followed]:
+    async with served(model, workers, api_keys=KEY) as url:
         follower = asyncio.create_task(
             follow(url, CONVERSATION, {"Authorization": f"Bearer {KEY}"})
         )
@@ -66,9 +66,10 @@ async def call_and_follow(model: Path, call: Call) -> tuple[AudioHookRun, Follow
 
 
 def test_a_call_gets_opened_pong_its_finals_as_transcripts_then_closed(
-    tiny_model_dir: Path, call: Call
+    tiny_model_dir: Path, call: Call, workers: str
 ) -> None:
-    run, followed = asyncio.run(asyncio.wait_for(call_and_follow(tiny_model_dir, call), TIMEOUT_S))
+    scenario = call_and_follow(tiny_model_dir, call, workers)
+    run, followed = asyncio.run(asyncio.wait_for(scenario, TIMEOUT_S))
     assert run.problems == []
     opened = run.of("opened")[0]["parameters"]
     assert opened["media"] == [
@@ -172,8 +173,8 @@ async def session(
         return messages, ws.close_code
 
 
-async def errors(model: Path) -> dict[str, Any]:
-    async with serving(model, api_keys=KEY) as (_, url):
+async def errors(model: Path, workers: str) -> dict[str, Any]:
+    async with served(model, workers, api_keys=KEY) as url:
         ah = audiohook_url(url)
         mono = {"type": "audio", "format": "PCMU", "channels": ["external"], "rate": 16000}
         return {
@@ -190,8 +191,8 @@ async def errors(model: Path) -> dict[str, Any]:
         }
 
 
-def test_refusals_and_errors_end_with_a_disconnect(tiny_model_dir: Path) -> None:
-    out = asyncio.run(asyncio.wait_for(errors(tiny_model_dir), TIMEOUT_S))
+def test_refusals_and_errors_end_with_a_disconnect(tiny_model_dir: Path, workers: str) -> None:
+    out = asyncio.run(asyncio.wait_for(errors(tiny_model_dir, workers), TIMEOUT_S))
     # A wrong or missing X-API-KEY is refused at the upgrade, as every key header is.
     assert out["wrong key"] == 401 and out["no key"] == 401
     assert out["bad session id"] == 400
@@ -221,9 +222,9 @@ async def refusal(url: str, headers: dict[str, str]) -> tuple[int, str]:
     return info.value.response.status_code, info.value.response.body.decode()
 
 
-async def signed_outcomes(model: Path) -> dict[str, Any]:
+async def signed_outcomes(model: Path, workers: str) -> dict[str, Any]:
     secret = base64.b64encode(SECRET).decode()
-    async with serving(model, api_keys=KEY, audiohook_client_secret=secret) as (_, url):
+    async with served(model, workers, api_keys=KEY, audiohook_client_secret=secret) as url:
         ah = audiohook_url(url)
         base = {
             "X-API-KEY": KEY,
@@ -246,9 +247,9 @@ async def signed_outcomes(model: Path) -> dict[str, Any]:
 
 
 def test_with_a_client_secret_only_handshakes_genesys_signed_are_taken(
-    tiny_model_dir: Path,
+    tiny_model_dir: Path, workers: str
 ) -> None:
-    out = asyncio.run(asyncio.wait_for(signed_outcomes(tiny_model_dir), TIMEOUT_S))
+    out = asyncio.run(asyncio.wait_for(signed_outcomes(tiny_model_dir, workers), TIMEOUT_S))
     assert out["valid"] == "opened"
     assert out["tampered"] == (401, "bad signature: Signature did not match digest.\n")
     assert out["missing"][0] == 401 and "not signed" in out["missing"][1]

@@ -22,7 +22,7 @@ import soundfile as sf
 from openai import APIStatusError, OpenAI
 
 from sensestream.client import run_session
-from tests.server.inprocess import serving
+from tests.server.served import served
 from tests.speech import Clip, three_sentences, to_s16le
 
 SR = 16000
@@ -42,11 +42,14 @@ def wav(speech: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def live(tiny_model_dir: Path, speech: np.ndarray, wav: Path) -> Iterator[dict[str, Any]]:
+def live(
+    tiny_model_dir: Path, speech: np.ndarray, wav: Path, workers: str
+) -> Iterator[dict[str, Any]]:
     """A server with keys; everything asked of it in one run (the model loads once)."""
 
     async def scenario() -> dict[str, Any]:
-        async with serving(tiny_model_dir, api_keys=KEY, max_upload_bytes=4 << 20) as (_, url):
+        options = {"api_keys": KEY, "max_upload_bytes": 4 << 20}
+        async with served(tiny_model_dir, workers, **options) as url:
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             v1 = await run_session(url, to_s16le(speech), speed=50.0, headers=auth())
             answers = await asyncio.to_thread(ask_everything, port, wav)

@@ -39,9 +39,11 @@ def hook_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir: Path, hook_port: int) -> Iterator[ServerProcess]:
+def server(tiny_model_dir: Path, hook_port: int, workers: str) -> Iterator[ServerProcess]:
     proc = ServerProcess(
         tiny_model_dir,
+        "--workers",
+        workers,
         "--api-keys",
         KEY,
         "--webhook-allow",

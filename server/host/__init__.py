@@ -1,0 +1,1 @@
+"""One host of processes: the supervisor, its workers and engines, and what joins them."""

@@ -1,0 +1,252 @@
+"""A worker's link to its supervisor: host-wide admission and streams, over one channel.
+
+The worker asks the supervisor for leases and for followed streams, tells it which streams
+start and end here, and answers its questions (this worker's streams, stats, metrics). A
+stream followed from another worker is relayed: this worker subscribes in its own hub and
+sends each event on as a `Relay` notice, in order, with backpressure from the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from server.host.admission import Kind, Scope
+from server.host.channel import CALL_DEADLINE_S, Channel, ChannelClosedError
+from server.host.local import follow_here
+from server.host.messages import (
+    Acquire,
+    CloseStream,
+    Describe,
+    Follow,
+    Followed,
+    Gather,
+    Joined,
+    ListStreams,
+    OpenStream,
+    Relay,
+    Release,
+    Report,
+    Subscribe,
+    Topic,
+    Unfollow,
+    Why,
+)
+from server.http.tenants import Tenant
+from server.streams.hub import MAX_SUBSCRIBERS, LiveStream, StreamHub, Subscription
+from streaming.errors import StreamIdTakenError
+from streaming.events import Ended, ErrorEvent
+
+log = logging.getLogger("sensestream.host")
+
+#: What a follower of a stream on a worker that stopped is told.
+LOST = ErrorEvent("stream_lost", "the worker process serving this stream stopped")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSeat:
+    """Which worker this process is, where its supervisor listens, and the listening
+    sockets it inherited (file descriptors: the main port's, then the ops port's)."""
+
+    worker: int
+    control: str
+    listen_fds: tuple[int, ...]
+    ops_fds: tuple[int, ...] = ()
+    # Take connections while still loading (health answers during a cold start): the
+    # first worker's first start only; every other waits until it is ready.
+    serve_early: bool = False
+
+
+class WorkerState(Protocol):
+    """What the link reports of its worker (the app)."""
+
+    @property
+    def streams(self) -> StreamHub: ...
+
+    def local_stats(self) -> dict[str, Any]: ...
+
+    def local_metrics(self) -> bytes: ...
+
+
+class HostLink:
+    """The worker's side of its channel to the supervisor (a `Host` and a
+    `StreamObserver`)."""
+
+    def __init__(self, worker: int, control: str, state: WorkerState) -> None:
+        self.worker = worker
+        self._control = control
+        self._state = state
+        self._channel: Channel | None = None
+        self._reading: asyncio.Task[None] | None = None
+        self._ids = itertools.count()
+        self._follows: dict[str, Subscription] = {}  # followers here of streams elsewhere
+        self._relays: dict[str, asyncio.Task[None]] = {}  # streams here followed elsewhere
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.follower_capacity = 256 + 500  # set by the app from its limits
+        self.on_lost: Callable[[], None] | None = None  # the supervisor went away
+        self._closing = False
+
+    async def connect(self) -> None:
+        reader, writer = await asyncio.open_unix_connection(self._control)
+        self._channel = Channel(reader, writer, self)
+        self._reading = asyncio.create_task(self._channel.run(), name="host-link")
+        self._reading.add_done_callback(self._ended)
+        self._channel.notify(Joined(self.worker, os.getpid()))
+
+    def _ended(self, _: asyncio.Task[None]) -> None:
+        if not self._closing and self.on_lost is not None:
+            log.error("the supervisor went away: this worker stops")
+            self.on_lost()
+
+    @property
+    def connected(self) -> bool:
+        return self._channel is not None and not self._channel.closed
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in (*self._relays.values(), *self._tasks):
+            task.cancel()
+        if self._channel is not None:
+            self._channel.close()
+        if self._reading is not None:
+            await asyncio.gather(self._reading, return_exceptions=True)
+
+    # ---- Host --------------------------------------------------------------------------
+
+    async def acquire(self, kind: Kind, peer: str) -> int | Scope:
+        got = await self._call(Acquire(kind, peer))
+        return got if isinstance(got, int | Scope) else Scope.TOTAL
+
+    async def refusal(self, kind: Kind, peer: str) -> Scope | None:
+        got = await self._call(Acquire(kind, peer, peek=True))
+        return got if isinstance(got, Scope) else None
+
+    def release(self, lease: int) -> None:
+        if self._channel is not None:
+            self._channel.notify(Release(lease))
+
+    async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
+        follow_id = f"{self.worker}.{next(self._ids)}"
+        sub = Subscription(None, self.follower_capacity, lambda: self._left(follow_id))
+        self._follows[follow_id] = sub  # relays may come before the answer does
+        try:
+            where = await self._call(Follow(key, wait_s, follow_id), wait_s + CALL_DEADLINE_S)
+        except BaseException:
+            self._follows.pop(follow_id, None)
+            raise
+        if where is not Followed.RELAYED:
+            self._follows.pop(follow_id, None)
+        if where is Followed.HERE:
+            return await follow_here(self._state.streams, key, 0.0)
+        if where is Followed.RELAYED:
+            return sub
+        return where if isinstance(where, Followed) else Followed.MISSING
+
+    async def streams(self, viewer: Tenant | None) -> list[dict[str, object]]:
+        described = await self._call(ListStreams())
+        listed = described if isinstance(described, list) else []
+        return [d for d in listed if viewer is None or viewer.sees(d.get("tenant") or "")]
+
+    async def gather(self, topic: Topic) -> object:
+        """Every process's stats (`Gathered`) or metrics (exposition bytes)."""
+        return await self._call(Gather(topic), 2 * CALL_DEADLINE_S)
+
+    # ---- StreamObserver ----------------------------------------------------------------
+
+    def opened(self, stream: LiveStream) -> None:
+        task = asyncio.create_task(self._claim(stream), name="claim-stream")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def closed(self, stream: LiveStream) -> None:
+        if self._channel is not None:
+            self._channel.notify(CloseStream(stream.key))
+
+    async def _claim(self, stream: LiveStream) -> None:
+        """Ends the session if another worker had the stream's id first."""
+        try:
+            ok = await self._call(OpenStream(stream.key))
+        except ChannelClosedError:
+            return  # the supervisor is gone: this worker is stopping anyway
+        if ok is False and not stream.ended and stream.refuse is not None:
+            stream.refuse(StreamIdTakenError(f"stream {stream.stream_id!r} is already live"))
+
+    # ---- Handler: the supervisor's calls and notices ------------------------------------
+
+    async def answer(self, body: object) -> object:
+        match body:
+            case Describe():
+                return self._state.streams.describe(None)
+            case Subscribe():
+                return self._subscribe(body)
+            case Report(topic=Topic.STATS):
+                return self._state.local_stats()
+            case Report(topic=Topic.METRICS):
+                return self._state.local_metrics()
+        raise ValueError(f"not a worker call: {type(body).__name__}")
+
+    def notice(self, body: object) -> None:
+        match body:
+            case Relay():
+                sub = self._follows.get(body.follow_id)
+                if sub is not None:
+                    sub.put(body.event)  # one too far behind is dropped (its Follower)
+            case Unfollow():
+                self._unfollowed(body)
+
+    def _subscribe(self, body: Subscribe) -> Followed:
+        hub = self._state.streams
+        stream = hub.get(body.key)
+        if stream is None:
+            return Followed.MISSING
+        if len(stream.subscribers) >= MAX_SUBSCRIBERS:
+            return Followed.FULL
+        sub = hub.subscribe(body.key)
+        if sub is None:
+            return Followed.MISSING
+        task = asyncio.create_task(self._relay(body.follow_id, sub), name="relay")
+        self._relays[body.follow_id] = task
+        return Followed.RELAYED
+
+    async def _relay(self, follow_id: str, sub: Subscription) -> None:
+        channel = self._channel
+        try:
+            while channel is not None and not sub.dropped.is_set():
+                event = await sub.outbox.get()
+                channel.notify(Relay(follow_id, event))
+                if isinstance(event, Ended):
+                    return
+                await channel.drain()
+            if channel is not None:
+                channel.notify(Unfollow(follow_id, Why.SLOW))
+        finally:
+            sub.leave()
+            self._relays.pop(follow_id, None)
+
+    def _unfollowed(self, body: Unfollow) -> None:
+        relay = self._relays.pop(body.follow_id, None)
+        if relay is not None:  # the follower elsewhere left
+            relay.cancel()
+            return
+        sub = self._follows.pop(body.follow_id, None)
+        if sub is None:
+            return
+        if body.why is Why.LOST:
+            if not (sub.put(LOST) and sub.put(Ended())):
+                sub.dropped.set()
+        else:
+            sub.dropped.set()
+
+    def _left(self, follow_id: str) -> None:
+        if self._follows.pop(follow_id, None) is not None and self._channel is not None:
+            self._channel.notify(Unfollow(follow_id))
+
+    async def _call(self, body: object, deadline_s: float = CALL_DEADLINE_S) -> object:
+        if self._channel is None:
+            raise ChannelClosedError("not connected to the supervisor")
+        return await self._channel.call(body, deadline_s)

@@ -1,0 +1,151 @@
+"""What workers and the supervisor say to each other over their channel: plain records.
+
+Worker → supervisor calls: `Acquire`, `OpenStream`, `ListStreams`, `Follow`, `Gather`.
+Supervisor → worker calls: `Describe`, `Subscribe`, `Report`.
+Notices, either way: `Joined`, `Release`, `CloseStream`, `Relay`, `Unfollow`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from server.host.admission import Kind
+from streaming.events import SessionEvent
+
+
+class Topic(StrEnum):
+    """What a gather collects from every process."""
+
+    STATS = "stats"
+    METRICS = "metrics"
+
+
+# ---- worker → supervisor ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A worker's first notice on its channel: which worker it is."""
+
+    worker: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """A place of `kind` for `peer` (answered by a lease id or the refusing `Scope`);
+    `peek` only asks whether one would fit (answered by a `Scope` or None)."""
+
+    kind: Kind
+    peer: str
+    peek: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream:
+    """A stream starts on the calling worker; answered True unless its key is taken."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStream:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListStreams:
+    """Every worker's live streams (`LiveStream.describe` dicts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    """Follow the stream `key`, waiting up to `wait_s` for it to start; answered by a
+    `Followed`. The caller names the follow (`worker.n`) and expects its `Relay`s under
+    that id from the moment it asks."""
+
+    key: str
+    wait_s: float
+    follow_id: str
+
+
+class Followed(StrEnum):
+    """Where a `Follow` found its stream."""
+
+    HERE = "here"  # on the calling worker: it subscribes in its own hub
+    RELAYED = "relayed"  # on another worker: its events come as `Relay` notices
+    MISSING = "missing"  # no such live stream (it never started, or ended)
+    FULL = "full"  # the stream has its most subscribers
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Every process's stats or metrics, as the supervisor puts them together."""
+
+    topic: Topic
+
+
+# ---- supervisor → worker ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Describe:
+    """This worker's live streams."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Relay the stream `key` (on this worker) to the follow `follow_id`; answered by a
+    `Followed` (RELAYED when it does)."""
+
+    follow_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """This worker's stats (a dict) or metrics (exposition text)."""
+
+    topic: Topic
+
+
+# ---- either way ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """One event of a relayed stream, for the follow `follow_id` (in order)."""
+
+    follow_id: str
+    event: SessionEvent
+
+
+class Why(StrEnum):
+    """Why a follow ended (from the follower's side, always LEFT)."""
+
+    LEFT = "left"  # the follower went away
+    SLOW = "slow"  # the follower's worker could not take the relay fast enough
+    LOST = "lost"  # the worker that ran the stream stopped
+
+
+@dataclass(frozen=True, slots=True)
+class Unfollow:
+    """A follow is over; the supervisor passes it to the other end."""
+
+    follow_id: str
+    why: Why = Why.LEFT
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """What `Gather` answers: the supervisor's view of the processes, and per worker its
+    `Report` (None for a worker that did not answer)."""
+
+    processes: dict[str, object]
+    reports: tuple[object, ...]

@@ -1,0 +1,208 @@
+"""`python -m server --workers N` (N > 1): the supervisor of one host's processes.
+
+It binds the listening sockets once (a taken port fails at once, before any model loads),
+starts one engine process per device (unless `--engine` names engines elsewhere) and N
+worker processes that share the sockets, and owns the host-wide state (server.supervisor
+.control). A child that dies is restarted. SIGTERM stops the workers first (each drains:
+owed finals, `end`, 1001), then the engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from engine.serving.devices import parse_devices
+from server.config import ServerConfig
+from server.engines.url import parse_engine_url
+from server.host.admission import Admission, limits_of
+from server.host.exposition import Exposition, merge
+from server.host.messages import Gathered, Topic
+from server.http.listener import bind, bound_port
+from server.supervisor.children import Child, ChildSpec
+from server.supervisor.control import Control
+from server.supervisor.scrape import scrape_engine
+
+log = logging.getLogger("sensestream.supervisor")
+
+#: Seconds beyond the drain timeout a worker gets before it is killed at shutdown.
+STOP_MARGIN_S = 10.0
+
+
+class Supervisor:
+    """One host: the sockets, the engine and worker processes, the host-wide state."""
+
+    def __init__(self, config: ServerConfig, argv: Sequence[str], workers: int) -> None:
+        self.config = config
+        self._argv = tuple(argv)
+        self._workers = workers
+        self._registry = CollectorRegistry()
+        self._restarts = Gauge(
+            "supervisor_restarts",
+            "Child processes restarted since start-up",
+            ["role"],
+            registry=self._registry,
+        )
+        self._keepers: set[asyncio.Task[None]] = set()
+        self.control = Control(Admission(limits_of(config.limits)), self._gathered)
+        self.engines: list[tuple[Child, str]] = []  # (child, device)
+        self.workers: list[Child] = []
+        self._engine_paths: tuple[str, ...] = ()
+        self._stop = asyncio.Event()
+        self._fatal: str | None = None
+
+    async def run(self, on_listening: Callable[[int], None]) -> int:
+        """Serve until SIGTERM/SIGINT (0) or a child that cannot start (2)."""
+        listen = self.config.listen
+        sockets = bind(listen.host, listen.port, self.config.limits.send_buffer_bytes)
+        ops: list[socket.socket] = []
+        runtime = tempfile.mkdtemp(prefix="sensestream-")  # 0700: only this user's
+        try:
+            if listen.metrics_port is not None:
+                ops = bind(listen.metrics_host or listen.host, listen.metrics_port)
+            on_listening(bound_port(sockets))
+            await self._start(runtime, sockets, ops)
+            await self._stop.wait()
+        finally:
+            await self._shutdown()
+            for sock in (*sockets, *ops):
+                sock.close()
+            shutil.rmtree(runtime, ignore_errors=True)
+        if self._fatal is not None:
+            log.error("stopping: %s", self._fatal)
+            return 2
+        return 0
+
+    def request_shutdown(self) -> None:
+        self._stop.set()
+
+    async def _start(
+        self, runtime: str, sockets: list[socket.socket], ops: list[socket.socket]
+    ) -> None:
+        await self.control.start(os.path.join(runtime, "control"))
+        remote = parse_engine_url(self.config.engine.engine_url)
+        if remote is None:
+            devices = parse_devices(self.config.engine.device)
+            paths = [os.path.join(runtime, f"engine-{i}") for i in range(len(devices))]
+            for path, device in zip(paths, devices, strict=True):
+                spec = ChildSpec(f"engine {device}", self._engine_argv(path, device), "engine")
+                self.engines.append((self._child(spec), device))
+            self._engine_paths = tuple(paths)
+            engine_url = "unix:" + ",".join(paths)
+        else:
+            engine_url = self.config.engine.engine_url
+        fds = tuple(s.fileno() for s in sockets)
+        ops_fds = tuple(s.fileno() for s in ops)
+        for index in range(self._workers):
+            argv = self._worker_argv(index, runtime, fds, ops_fds, engine_url)
+            # Worker 0's first start answers health checks while the model loads.
+            first = self._worker_argv(index, runtime, fds, ops_fds, engine_url, early=True)
+            spec = ChildSpec(
+                f"worker {index}", argv, "worker", (*fds, *ops_fds), first if index == 0 else None
+            )
+            self.workers.append(self._child(spec))
+        for child in (*(c for c, _ in self.engines), *self.workers):
+            await child.start()
+            self._watch(child)
+
+    def _child(self, spec: ChildSpec) -> Child:
+        return Child(spec, self._fatal_exit)
+
+    def _fatal_exit(self, why: str) -> None:
+        self._fatal = self._fatal or why
+        self._stop.set()
+
+    def _watch(self, child: Child) -> None:
+        self._keepers.add(asyncio.create_task(child.keep(), name=f"keep-{child.spec.name}"))
+
+    async def _shutdown(self) -> None:
+        """Workers first (they drain their sessions), then the engines they decode on."""
+        drain_s = self.config.shutdown_timeout_s + STOP_MARGIN_S
+        await asyncio.gather(*(w.stop(drain_s) for w in self.workers))
+        await asyncio.gather(*(e.stop(drain_s) for e, _ in self.engines))
+        for task in self._keepers:
+            task.cancel()
+        await asyncio.gather(*self._keepers, return_exceptions=True)
+        await self.control.close()
+
+    def _engine_argv(self, path: str, device: str) -> tuple[str, ...]:
+        # The server's own options, so the engine is built as a single process builds it;
+        # the device last, as argparse lets the last one win.
+        return (
+            sys.executable, "-m", "server.engines.process", "--socket", path,
+            *self._argv, "--device", device,
+        )  # fmt: skip
+
+    def _worker_argv(
+        self,
+        index: int,
+        runtime: str,
+        fds: tuple[int, ...],
+        ops_fds: tuple[int, ...],
+        engine_url: str,
+        *,
+        early: bool = False,
+    ) -> tuple[str, ...]:
+        seat = ["--worker", str(index), "--control", os.path.join(runtime, "control")]
+        seat += ["--listen-fds", ",".join(map(str, fds))]
+        if ops_fds:
+            seat += ["--ops-fds", ",".join(map(str, ops_fds))]
+        if early:
+            seat.append("--serve-early")
+        return (
+            sys.executable, "-m", "server.supervisor.worker", *seat, "--",
+            *self._argv, "--workers", "1", "--engine", engine_url,
+        )  # fmt: skip
+
+    # ---- gathers -----------------------------------------------------------------------
+
+    def processes(self, reports: dict[int, Any]) -> dict[str, object]:
+        """The `processes` of /stats: who runs, with each worker's sessions."""
+        workers = []
+        for index, child in enumerate(self.workers):
+            report = reports.get(index)
+            sessions = report.get("sessions") if isinstance(report, dict) else None
+            workers.append({"worker": index, "pid": child.pid, "sessions": sessions})
+        return {
+            "supervisor": os.getpid(),
+            "engines": [{"pid": c.pid, "device": device} for c, device in self.engines],
+            "workers": workers,
+        }
+
+    async def _gathered(self, topic: Topic, answers: list[tuple[int, object]]) -> object:
+        if topic is Topic.STATS:
+            reports = dict(answers)
+            return Gathered(self.processes(reports), tuple(reports.values()))
+        return await self._metrics(answers)
+
+    async def _metrics(self, answers: list[tuple[int, object]]) -> bytes:
+        """Every process's series in one exposition, each labelled by its process."""
+        for role, children in (("engine", [c for c, _ in self.engines]), ("worker", self.workers)):
+            self._restarts.labels(role).set(sum(c.restarts for c in children))
+        parts = [Exposition({"process": "supervisor"}, generate_latest(self._registry).decode())]
+        for index, text in answers:
+            if isinstance(text, bytes):
+                parts.append(Exposition({"process": "worker", "worker": str(index)}, text.decode()))
+        scraped = await asyncio.gather(*(scrape_engine(p) for p in self._engine_paths))
+        for index, text in enumerate(scraped):
+            if text is not None:
+                parts.append(Exposition({"process": "engine", "engine": str(index)}, text))
+        return merge(parts)
+
+
+def install_signals(supervisor: Supervisor) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, supervisor.request_shutdown)
