@@ -34,12 +34,16 @@ if ((DRY_RUN)); then
   BATCHES=1,2 SECONDS_LIST=2,10 REPEATS=1 PARITY_SECONDS=1,3
   STREAMS=2 DURATION=6 PROFILE_STREAMS=2 PROFILE_DURATION=10
   RECIPES=w8-block128 RECIPE_CLIPS=2 RECIPE_PASSES=1
+  SWEEP_WORKERS=2 SWEEP_STREAMS=2,4 SWEEP_DURATION=6
 else
   PY=${PYTHON:-python3}
   DEVICE=cuda PRECISION=fp16 SIZE=full
   BATCHES=1,2,4,8,16,32,64 SECONDS_LIST=3,10,15 REPEATS=5 PARITY_SECONDS=2,5,10
   STREAMS=16,64 DURATION=20 PROFILE_STREAMS=96 PROFILE_DURATION=20
   RECIPES=w8-block128 RECIPE_CLIPS=6 RECIPE_PASSES=2
+  # Issue 36: worker processes (cores less the engine's and one for the supervisor and
+  # the load generator), aiming past 256 live streams at final-after-VAD p95 <= 1 s.
+  SWEEP_WORKERS=$(($(nproc) > 3 ? $(nproc) - 2 : 2)) SWEEP_STREAMS=64,128,256,512 SWEEP_DURATION=20
 fi
 MODEL="$WORK/models/test-$SIZE"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -184,6 +188,15 @@ server_bench() { # server_bench SPEECH_DIR JSON_NAME [MORE SERVER ARGS]
     --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/$2"
 }
 
+workers_sweep() { # workers_sweep SPEECH_DIR: live capacity with worker processes
+  local path=$PATH
+  if [[ $1 == "$REPO/.whl/bench-speech" ]]; then path="$WORK/no-tts:$PATH"; fi
+  PATH="$path" "$PY" scripts/bench.py --spawn-server "$MODEL" --no-baseline \
+    --server-args "--backend torch --device $DEVICE --precision $PRECISION --workers $SWEEP_WORKERS" \
+    --streams "$SWEEP_STREAMS" --duration "$SWEEP_DURATION" --speech-dir "$1" \
+    --server-timeout-s 200 --drain-timeout-s 60 --json "$OUT/bench_server_workers.json"
+}
+
 server_profile() { # py-spy on the server's threads under live load (scripts/gpu_profile.sh)
   OUT="$OUT/profile" DEVICE="$DEVICE" PRECISION="$PRECISION" SIZE="$SIZE" GPU_CHECK_WORK="$WORK" \
     N="$PROFILE_STREAMS" DUR="$PROFILE_DURATION" scripts/gpu_profile.sh
@@ -226,7 +239,7 @@ ort_cuda() { # the ONNX Runtime side: export, parity and benchmark
 
 summarise() {
   "$PY" - "$OUT" "$DRY_RUN" "$START" <<'EOF' >"$OUT/gpu_check.json"
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 out, dry, start = Path(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
 def load(name):
@@ -260,7 +273,12 @@ def runs(name):
 # Only 8 files come back from the host: the key numbers ride in this one.
 report["server_bench"] = {"inline_vad": runs("bench_server.json"),
                           "vad_thread": runs("bench_server_vad_thread.json"),
+                          "workers": runs("bench_server_workers.json"),
                           "profiled": runs("profile/bench.json")}
+sweep = [r for r in report["server_bench"]["workers"] or [] if r["final_after_vad_p95_ms"] is not None]
+passing = [r["streams"] for r in sweep if r["final_after_vad_p95_ms"] <= 1000 and r["finals"]]
+report["workers_sweep"] = {"workers": os.environ.get("SWEEP_WORKERS"),
+                           "most_streams_p95_under_1s": max(passing, default=None)}
 profile = load("profile/profile.json") or {}
 report["profile_threads"] = {
     name: {"share_of_samples": t.get("share_of_samples"), "busy": t.get("busy_share_of_thread"),
@@ -274,9 +292,9 @@ EOF
 
 export OUT WORK REPO PY DEVICE PRECISION SIZE MODEL BATCHES SECONDS_LIST REPEATS \
   PARITY_SECONDS STREAMS DURATION PROFILE_STREAMS PROFILE_DURATION RECIPES RECIPE_CLIPS \
-  RECIPE_PASSES
+  RECIPE_PASSES SWEEP_WORKERS SWEEP_STREAMS SWEEP_DURATION
 export -f environment install_wheels check_imports build_model bench_torch parity gpu_tests \
-  server_bench server_profile ort_cuda int8_recipes
+  server_bench server_profile ort_cuda int8_recipes workers_sweep
 trap 'summarise; echo "== summary: $OUT/gpu_check.json"' EXIT
 
 echo "gpu_check: out=$OUT dry_run=$DRY_RUN device=$DEVICE model=$MODEL"
@@ -301,6 +319,8 @@ if SPEECH=$(speech_dir); then
   # The VAD on its own thread: on the first H200 run the loop, busy with the VAD, was
   # what held back 64 streams.
   step server_bench_vad_thread 180 server_bench "$SPEECH" bench_server_vad_thread.json --vad-thread
+  # Issue 36: the same load through worker processes and an engine process.
+  step workers_sweep 200 workers_sweep "$SPEECH"
 else
   skip server_bench "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
 fi

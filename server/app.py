@@ -123,14 +123,21 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
     )
 
 
-def vad_on_thread(setting: bool | None, report: EngineReport, *, remote: bool) -> bool:
-    """Whether live sessions' VAD gets its own thread: as set, else when a local GPU decodes.
+def vad_on_thread(
+    setting: bool | None, report: EngineReport, *, remote: bool, worker: bool = False
+) -> bool:
+    """Whether live sessions' VAD gets its own thread: as set, else in a worker process
+    or when a local GPU decodes.
 
     A GPU engine leaves the CPU cores to the loop and the VAD; a CPU engine's decodes
-    already use them. Remote replicas are unmeasured, so they keep the VAD on the loop.
+    already use them. A worker's engine runs in another process, so its loop and its VAD
+    share the worker's GIL with nothing else (the thread lets the VAD's ONNX runs overlap
+    the loop's work). Other remote replicas are unmeasured: they keep the VAD on the loop.
     """
     if setting is not None:
         return setting
+    if worker:
+        return True
     return not remote and any(d.device.startswith("cuda") for d in report.devices)
 
 
@@ -317,7 +324,13 @@ class App:
             self.engine = attaching = await open_remote(remote, self.registry)
             report = await attaching.attached()
         self.vad = await asyncio.to_thread(make_vad, self.config)
-        if vad_on_thread(self.config.session.vad_thread, report, remote=remote is not None):
+        on_thread = vad_on_thread(
+            self.config.session.vad_thread,
+            report,
+            remote=remote is not None,
+            worker=self.seat is not None,
+        )
+        if on_thread:
             self.vad_pump = VadPump()
             self.vad_pump.start()
         self.report = report
@@ -461,7 +474,7 @@ class App:
             body = self.local_metrics()
         else:  # every process's series, put together by the supervisor
             gathered = await self.link.gather(Topic.METRICS)
-            body = gathered if isinstance(gathered, bytes) else b""
+            body = gathered if isinstance(gathered, bytes) else self.local_metrics()
         return response(200, body, "text/plain; version=0.0.4")
 
     def local_metrics(self) -> bytes:

@@ -203,6 +203,9 @@ class SpawnedServer:
         """Start the child and return once it has printed where it listens."""
         self.spec = spec
         env = {**(os.environ if spec.env is None else spec.env), "PYTHONUNBUFFERED": "1"}
+        # One process unless the options or the environment ask for workers (`auto`, the
+        # server's default, would follow this host's cores).
+        env.setdefault("SENSESTREAM_WORKERS", "1")
         self.proc, self.output = start_followed(spec.command, cwd=spec.cwd, env=env)
         first = self.output.first_line("stdout", spec.start_timeout_s)
         address = Address.parse(first or "")

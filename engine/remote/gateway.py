@@ -191,8 +191,11 @@ class RemoteEngine:
                 hellos = []
             for hello in hellos:
                 self._attach(hello)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the wake-up
+            # of a loss that lands in the same turn as `close`'s cancel, swallowing it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._discover_now.wait(), self._discover_every_s)
+                async with asyncio.timeout(self._discover_every_s):
+                    await self._discover_now.wait()
 
     def _attach(self, hello: Hello) -> None:
         if hello.replica in self._links:

@@ -243,8 +243,11 @@ class AsyncEngine:
             idle = all(w.in_flight == 0 for w in self._workers)
             if self._closing and self.scheduler.queued == 0 and idle:
                 return
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel
+            # that lands in the same turn as a wake-up (and it spends a task per wait).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._wait_timeout(now))
+                async with asyncio.timeout(self._wait_timeout(now)):
+                    await self._wake.wait()
 
     def _wait_timeout(self, now: float) -> float | None:
         """Until the oldest request is due; None (a submit or a finished batch wakes us)

@@ -47,6 +47,11 @@ def process_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--socket", required=True, help="the socket's path, in a folder only you can write"
     )
+    parser.add_argument(
+        "--stop-at-stdin-eof",
+        action="store_true",
+        help="stop when standard input closes (a supervisor's pipe: its owner is gone)",
+    )
     return parser
 
 
@@ -68,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"SenseStream engine listening on unix:{path}", flush=True)
 
     try:
-        asyncio.run(serve_engine(config, environ, ours.socket, announce))
+        asyncio.run(serve_engine(config, environ, ours.socket, announce, ours.stop_at_stdin_eof))
     except (EngineError, OSError) as exc:
         log.error("cannot serve the engine: %s", exc)
         return 2
@@ -76,13 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def serve_engine(
-    config: ServerConfig, environ: Mapping[str, str], path: str, announce: Callable[[str], None]
+    config: ServerConfig,
+    environ: Mapping[str, str],
+    path: str,
+    announce: Callable[[str], None],
+    stop_at_stdin_eof: bool = False,
 ) -> None:
-    """Build the engine, serve it on `path` until SIGTERM or SIGINT, then close both."""
+    """Build the engine, serve it on `path` until SIGTERM or SIGINT (or, asked to, its
+    standard input's end), then close both."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if stop_at_stdin_eof:
+        watch = asyncio.ensure_future(stdin_closed())
+        watch.add_done_callback(lambda _: stop.set())
     registry = CollectorRegistry()
     load = asyncio.ensure_future(open_local(config, environ, registry))
     stopped = asyncio.ensure_future(stop.wait())
@@ -108,6 +121,16 @@ async def serve_engine(
             await server.close()
     finally:
         await engine.close(CLOSE_TIMEOUT_S)
+
+
+async def stdin_closed() -> None:
+    """Returns when standard input reaches its end (what a supervisor's death looks like
+    to a child: the pipe's other end closes)."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        pass  # nothing is ever written; anything that is, is ignored
 
 
 def scrape(engine: AsyncEngine, registry: CollectorRegistry) -> bytes:

@@ -119,11 +119,18 @@ class HostLink:
     # ---- Host --------------------------------------------------------------------------
 
     async def acquire(self, kind: Kind, peer: str) -> int | Scope:
-        got = await self._call(Acquire(kind, peer))
+        # Without its supervisor this worker is stopping: it admits no one (fails closed).
+        try:
+            got = await self._call(Acquire(kind, peer))
+        except ChannelClosedError:
+            return Scope.TOTAL
         return got if isinstance(got, int | Scope) else Scope.TOTAL
 
     async def refusal(self, kind: Kind, peer: str) -> Scope | None:
-        got = await self._call(Acquire(kind, peer, peek=True))
+        try:
+            got = await self._call(Acquire(kind, peer, peek=True))
+        except ChannelClosedError:
+            return Scope.TOTAL
         return got if isinstance(got, Scope) else None
 
     def release(self, lease: int) -> None:
@@ -136,6 +143,8 @@ class HostLink:
         self._follows[follow_id] = sub  # relays may come before the answer does
         try:
             where = await self._call(Follow(key, wait_s, follow_id), wait_s + CALL_DEADLINE_S)
+        except ChannelClosedError:
+            where = Followed.MISSING
         except BaseException:
             self._follows.pop(follow_id, None)
             raise
@@ -148,13 +157,20 @@ class HostLink:
         return where if isinstance(where, Followed) else Followed.MISSING
 
     async def streams(self, viewer: Tenant | None) -> list[dict[str, object]]:
-        described = await self._call(ListStreams())
+        try:
+            described = await self._call(ListStreams())
+        except ChannelClosedError:
+            described = self._state.streams.describe(None)  # this worker's, at least
         listed = described if isinstance(described, list) else []
         return [d for d in listed if viewer is None or viewer.sees(d.get("tenant") or "")]
 
     async def gather(self, topic: Topic) -> object:
-        """Every process's stats (`Gathered`) or metrics (exposition bytes)."""
-        return await self._call(Gather(topic), 2 * CALL_DEADLINE_S)
+        """Every process's stats (`Gathered`) or metrics (exposition bytes); None when
+        the supervisor does not answer (the caller answers with this worker's own)."""
+        try:
+            return await self._call(Gather(topic), 2 * CALL_DEADLINE_S)
+        except ChannelClosedError:
+            return None
 
     # ---- StreamObserver ----------------------------------------------------------------
 
@@ -175,6 +191,10 @@ class HostLink:
             return  # the supervisor is gone: this worker is stopping anyway
         if ok is False and not stream.ended and stream.refuse is not None:
             stream.refuse(StreamIdTakenError(f"stream {stream.stream_id!r} is already live"))
+        elif ok is True and stream.ended and self._channel is not None:
+            # It ended before its claim was answered: its CloseStream may have overtaken
+            # the claim, which would leave the id held; closing again is harmless.
+            self._channel.notify(CloseStream(stream.key))
 
     # ---- Handler: the supervisor's calls and notices ------------------------------------
 

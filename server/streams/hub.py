@@ -130,6 +130,41 @@ class LiveStream:
         }
 
 
+class KeyWaits:
+    """Waits for names to appear: one event per awaited name, gone with its last waiter."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+        self._waiters: Counter[str] = Counter()
+
+    @property
+    def waiting(self) -> int:
+        """How many wait, for any name."""
+        return self._waiters.total()
+
+    def appeared(self, key: str) -> None:
+        """`key` is here now: wake whoever waits for it."""
+        waiting = self._events.pop(key, None)
+        if waiting is not None:
+            waiting.set()
+
+    async def wait(self, key: str, timeout_s: float) -> None:
+        """Until `key` appears or `timeout_s` passes (the caller looks it up after)."""
+        event = self._events.setdefault(key, asyncio.Event())
+        self._waiters[key] += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters[key] -= 1
+            if not self._waiters[key]:  # the last waiter takes the event with it
+                del self._waiters[key]
+                if self._events.get(key) is event:
+                    del self._events[key]
+
+
 class StreamHub:
     """Every live stream by id; publishing to subscribers never blocks the session.
 
@@ -145,8 +180,7 @@ class StreamHub:
     ) -> None:
         self._observer = observer
         self._streams: dict[str, LiveStream] = {}
-        self._opened: dict[str, asyncio.Event] = {}  # ids someone waits to follow
-        self._waiters: Counter[str] = Counter()
+        self._opened = KeyWaits()  # ids someone waits to follow
         self._max_pending = max_pending
         self._max_backlog = max_backlog
 
@@ -174,9 +208,7 @@ class StreamHub:
             tenant=tenant,
         )
         self._streams[key] = stream
-        waiting = self._opened.pop(key, None)
-        if waiting is not None:
-            waiting.set()
+        self._opened.appeared(key)
         if self._observer is not None:
             self._observer.opened(stream)
         return stream
@@ -188,19 +220,7 @@ class StreamHub:
         """
         if stream_id in self._streams or timeout_s <= 0:
             return self._streams.get(stream_id)
-        opened = self._opened.setdefault(stream_id, asyncio.Event())
-        self._waiters[stream_id] += 1
-        try:
-            async with asyncio.timeout(timeout_s):
-                await opened.wait()
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters[stream_id] -= 1
-            if not self._waiters[stream_id]:  # the last waiter takes the event with it
-                del self._waiters[stream_id]
-                if self._opened.get(stream_id) is opened:
-                    del self._opened[stream_id]
+        await self._opened.wait(stream_id, timeout_s)
         return self._streams.get(stream_id)
 
     def publish(self, stream: LiveStream, event: SessionEvent) -> None:
@@ -254,6 +274,11 @@ class StreamHub:
 
     def get(self, stream_id: str) -> LiveStream | None:
         return self._streams.get(stream_id)
+
+    @property
+    def waiting(self) -> int:
+        """Followers waiting here for their stream to start."""
+        return self._opened.waiting
 
     async def follow(self, stream_id: str, wait_s: float) -> Subscription | None:
         """A new subscriber of the live stream, waiting up to `wait_s` for it to start;

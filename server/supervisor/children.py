@@ -52,8 +52,14 @@ class Child:
     async def start(self) -> None:
         first = self.proc is None and self.spec.first_argv is not None
         argv = self.spec.first_argv if first and self.spec.first_argv else self.spec.argv
+        # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which
+        # stops workers before the engines they need for their owed finals. The child's
+        # stdin is a pipe held here: it reads EOF when the supervisor is gone, however.
         self.proc = await asyncio.create_subprocess_exec(
-            *argv, pass_fds=self.spec.pass_fds, stdin=asyncio.subprocess.DEVNULL
+            *argv,
+            pass_fds=self.spec.pass_fds,
+            stdin=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
         log.info("%s started (pid %d)", self.spec.name, self.proc.pid)
 

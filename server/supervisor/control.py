@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.remote.unix import bind_private
 from server.host.admission import Admission
@@ -36,19 +36,22 @@ from server.host.messages import (
     Unfollow,
     Why,
 )
+from server.streams.hub import KeyWaits
 
 log = logging.getLogger("sensestream.supervisor")
 
 
 @dataclass(eq=False)
 class WorkerLink:
-    """One worker's channel, once it has said which worker it is."""
+    """One worker's channel, once it has said which worker it is. Leases, streams and
+    follows belong to the link, not to the worker's index: a restarted worker's new link
+    never takes over what its dead predecessor held."""
 
     control: Control
+    owner: int  # this link's id, unique for the supervisor's life
     channel: Channel | None = None
     worker: int = -1
     pid: int = 0
-    joined: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def answer(self, body: object) -> object:
         return await self.control.answer(self, body)
@@ -59,8 +62,8 @@ class WorkerLink:
 
 @dataclass(frozen=True, slots=True)
 class _Follow:
-    owner: int
-    follower: int
+    owner: WorkerLink  # runs the stream
+    follower: WorkerLink
 
 
 class Control:
@@ -73,10 +76,10 @@ class Control:
     ) -> None:
         self.admission = admission
         self._gathered = gathered
-        self.links: dict[int, WorkerLink] = {}
-        self._streams: dict[str, int] = {}  # key → the worker that runs it
-        self._opened: dict[str, asyncio.Event] = {}  # keys a follow waits for
-        self._waiters: Counter[str] = Counter()
+        self.links: dict[int, WorkerLink] = {}  # by worker index: the current ones
+        self._owners = itertools.count()
+        self._streams: dict[str, WorkerLink] = {}  # key → the worker that runs it
+        self._opened = KeyWaits()  # keys a follow waits for
         self._follows: dict[str, _Follow] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -94,7 +97,7 @@ class Control:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        link = WorkerLink(self)
+        link = WorkerLink(self, next(self._owners))
         link.channel = Channel(reader, writer, link)
         task = asyncio.current_task()
         if task is not None:
@@ -113,41 +116,33 @@ class Control:
             case Joined():
                 link.worker, link.pid = body.worker, body.pid
                 self.links[body.worker] = link
-                link.joined.set()
             case Release():
                 self.admission.release(body.lease)
             case CloseStream():
-                if self._streams.get(body.key) == link.worker:
+                if self._streams.get(body.key) is link:
                     del self._streams[body.key]
             case Relay():
                 follow = self._follows.get(body.follow_id)
                 if follow is not None:
-                    self._send(follow.follower, body)
+                    _send(follow.follower, body)
             case Unfollow():
                 follow = self._follows.pop(body.follow_id, None)
                 if follow is not None:
-                    other = follow.owner if link.worker == follow.follower else follow.follower
-                    self._send(other, body)
+                    _send(follow.owner if link is follow.follower else follow.follower, body)
 
     def _gone(self, link: WorkerLink) -> None:
         """A worker's channel closed: everything it held is released."""
-        if self.links.get(link.worker) is not link:
-            return
-        del self.links[link.worker]
-        released = self.admission.release_owner(link.worker)
-        for key in [k for k, w in self._streams.items() if w == link.worker]:
+        if self.links.get(link.worker) is link:
+            del self.links[link.worker]
+        released = self.admission.release_owner(link.owner)
+        for key in [k for k, owner in self._streams.items() if owner is link]:
             del self._streams[key]
         for follow_id, follow in list(self._follows.items()):
-            if follow.owner == link.worker:
-                self._send(follow.follower, Unfollow(follow_id, Why.LOST))
-            if link.worker in (follow.owner, follow.follower):
+            if follow.owner is link:
+                _send(follow.follower, Unfollow(follow_id, Why.LOST))
+            if link in (follow.owner, follow.follower):
                 del self._follows[follow_id]
         log.info("worker %d left: %d lease(s) released", link.worker, released)
-
-    def _send(self, worker: int, body: object) -> None:
-        link = self.links.get(worker)
-        if link is not None and link.channel is not None:
-            link.channel.notify(body)
 
     # ---- calls -------------------------------------------------------------------------
 
@@ -156,74 +151,62 @@ class Control:
             case Acquire(peek=True):
                 return self.admission.refusal(body.kind, body.peer)
             case Acquire():
-                return self.admission.acquire(body.kind, body.peer, link.worker)
+                return self.admission.acquire(body.kind, body.peer, link.owner)
             case OpenStream():
-                return self._open(link.worker, body.key)
+                return self._open(link, body.key)
             case ListStreams():
                 reports = await self._ask_all(Describe())
                 return [d for _, listed in reports if isinstance(listed, list) for d in listed]
             case Follow():
-                return await self._follow(link.worker, body)
+                return await self._follow(link, body)
             case Gather():
                 return await self._gathered(body.topic, await self._ask_all(Report(body.topic)))
         raise ValueError(f"not a supervisor call: {type(body).__name__}")
 
-    def _open(self, worker: int, key: str) -> bool:
-        if self._streams.setdefault(key, worker) != worker:
+    def _open(self, link: WorkerLink, key: str) -> bool:
+        if self._streams.setdefault(key, link) is not link:
             return False
-        waiting = self._opened.pop(key, None)
-        if waiting is not None:
-            waiting.set()
+        self._opened.appeared(key)
         return True
 
-    async def _follow(self, worker: int, body: Follow) -> Followed:
+    async def _follow(self, link: WorkerLink, body: Follow) -> Followed:
         owner = self._streams.get(body.key)
         if owner is None and body.wait_s > 0:
-            await self._wait_open(body.key, body.wait_s)
+            await self._opened.wait(body.key, body.wait_s)
             owner = self._streams.get(body.key)
         if owner is None:
             return Followed.MISSING
-        if owner == worker:
+        if owner is link:
             return Followed.HERE
         # Listed before asking: the owner's relays may overtake its answer here.
-        self._follows[body.follow_id] = _Follow(owner, worker)
+        self._follows[body.follow_id] = _Follow(owner, link)
         where: object = Followed.MISSING
         with contextlib.suppress(ChannelClosedError):
-            where = await self._ask(owner, Subscribe(body.follow_id, body.key))
+            where = await _ask(owner, Subscribe(body.follow_id, body.key))
         if where is not Followed.RELAYED:
             self._follows.pop(body.follow_id, None)
         return where if isinstance(where, Followed) else Followed.MISSING
 
-    async def _wait_open(self, key: str, wait_s: float) -> None:
-        opened = self._opened.setdefault(key, asyncio.Event())
-        self._waiters[key] += 1
-        try:
-            async with asyncio.timeout(wait_s):
-                await opened.wait()
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters[key] -= 1
-            if not self._waiters[key]:  # the last waiter takes the event with it
-                del self._waiters[key]
-                if self._opened.get(key) is opened:
-                    del self._opened[key]
-
-    async def _ask(self, worker: int, body: object) -> object:
-        link = self.links.get(worker)
-        if link is None or link.channel is None:
-            raise ChannelClosedError(f"worker {worker} is not connected")
-        return await link.channel.call(body)
-
     async def _ask_all(self, body: object) -> list[tuple[int, object]]:
         """Every worker's answer (None for one that did not answer), by worker index."""
-        workers = sorted(self.links)
+        links = sorted(self.links.items())
 
-        async def one(worker: int) -> object:
+        async def one(link: WorkerLink) -> object:
             try:
-                return await self._ask(worker, body)
+                return await _ask(link, body)
             except ChannelClosedError:
                 return None
 
-        answers = await asyncio.gather(*map(one, workers))
-        return list(zip(workers, answers, strict=True))
+        answers = await asyncio.gather(*(one(link) for _, link in links))
+        return [(worker, answer) for (worker, _), answer in zip(links, answers, strict=True)]
+
+
+async def _ask(link: WorkerLink, body: object) -> object:
+    if link.channel is None:
+        raise ChannelClosedError(f"worker {link.worker} is not connected")
+    return await link.channel.call(body)
+
+
+def _send(link: WorkerLink, body: object) -> None:
+    if link.channel is not None:
+        link.channel.notify(body)

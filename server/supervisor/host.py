@@ -141,7 +141,7 @@ class Supervisor:
         # the device last, as argparse lets the last one win.
         return (
             sys.executable, "-m", "server.engines.process", "--socket", path,
-            *self._argv, "--device", device,
+            "--stop-at-stdin-eof", *self._argv, "--device", device,
         )  # fmt: skip
 
     def _worker_argv(

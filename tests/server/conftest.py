@@ -19,7 +19,9 @@ class ServerProcess:
 
     def __init__(self, model: Path, *extra: str) -> None:
         self.model = model
+        # One process unless a test asks for workers (`auto` would follow the host's cores).
         options = ("--model", str(model), "--precision", "fp32", "--max-batch", "4")
+        options += ("--workers", "1")
         spec = ServerSpec(
             (*options, "--log-level", "info", *extra),
             cwd=REPO,
@@ -73,7 +75,7 @@ def unready_server(
     """`python -m server` (or another `entry`) on a free port, returned as soon as it says
     where it listens (before any model work); waiting for readiness is the caller's."""
     spec = ServerSpec(
-        ("--precision", "fp32", "--max-batch", "1", *extra),
+        ("--precision", "fp32", "--max-batch", "1", "--workers", "1", *extra),
         python=python,
         cwd=cwd,
         env=env,

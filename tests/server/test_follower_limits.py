@@ -35,7 +35,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 def waiting(app: App) -> int:
     """Handshakes parked in the hub, waiting for their stream to start."""
-    return sum(app.streams._waiters.values())
+    return app.streams.waiting
 
 
 async def caller(stack: contextlib.AsyncExitStack, url: str, stream_id: str) -> None:

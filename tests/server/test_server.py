@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer

@@ -99,7 +99,7 @@ def test_waiting_for_a_stream_wakes_when_it_opens_and_leaves_nothing_behind() ->
         hub.open(configured(), "s1", "v1", 0.0)
         found = await asyncio.wait_for(waiter, 1.0)
         missing = await late
-        return found is not None and missing is None, not hub._opened and not hub._waiters
+        return found is not None and missing is None, not hub._opened._events and hub.waiting == 0
 
     woke, clean = asyncio.run(scenario())
     assert woke and clean

@@ -32,6 +32,12 @@ def test_unset_puts_the_vad_on_a_thread_only_beside_a_local_gpu(
     assert vad_on_thread(None, report(*devices), remote=remote) is expected
 
 
+def test_unset_puts_a_workers_vad_on_a_thread() -> None:
+    # A worker's engine is another process: its loop shares the GIL with the VAD alone.
+    assert vad_on_thread(None, report("cpu"), remote=True, worker=True) is True
+    assert vad_on_thread(False, report("cpu"), remote=True, worker=True) is False
+
+
 @pytest.mark.parametrize("setting", [True, False])
 def test_an_explicit_setting_wins_everywhere(setting: bool) -> None:
     for devices, remote in ((("cpu",), False), (("cuda:0",), False), ((), True)):

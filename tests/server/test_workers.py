@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import urllib.request
 from collections.abc import Iterator
@@ -194,27 +195,34 @@ def test_a_killed_worker_loses_only_its_own_connections_and_comes_back(
     try:
         victim = stats(proc)["processes"]["workers"][0]["pid"]
 
-        async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async def scenario() -> tuple[list[dict[str, Any]], ...]:
             doomed, kept = await pinned(proc.url, 0), await pinned(proc.url, 1)
-            await doomed.send(json.dumps({"type": "start"}))
+            await doomed.send(json.dumps({"type": "start", "stream_id": "doomed"}))
+            await doomed.recv()  # ready: the stream is live on worker 0
+            follows = proc.url.replace("/ws", "/v1/streams/doomed/events")
+            follower = await pinned(follows, 1)
             sending = asyncio.create_task(stream(kept, speech, pace_s=0.02))
             await asyncio.sleep(0.5)
             os.kill(victim, signal.SIGKILL)
-            lost = await read_all(doomed)
+            lost, followed = await asyncio.gather(read_all(doomed), read_all(follower))
             await sending
-            return lost, await read_all(kept)
+            return lost, followed, await read_all(kept)
 
-        _, kept = run(scenario())
+        _, followed, kept = run(scenario())
         assert len(finals(kept)) == 2 and kept[-1]["type"] == "end"
+        # The follower on the live worker learns that the stream's worker stopped.
+        assert [e["type"] for e in followed] == ["ready", "error", "end"]
+        assert followed[1]["code"] == "stream_lost"
         restarted = wait_for_worker(proc, 0, victim)
 
         async def after() -> list[dict[str, Any]]:
             ws = await pinned(proc.url, 0)
-            await stream(ws, speech)
+            await stream(ws, speech, stream_id="doomed")  # its id was released
             return await read_all(ws)
 
         assert len(finals(run(after()))) == 2 and restarted != victim
-        assert stats(proc)["sessions"] == 0  # the killed worker's session was released
+        # The killed worker's session and follower slots were released host-wide.
+        assert stats(proc)["sessions"] == 0 and stats(proc)["followers"] == 0
     finally:
         proc.stop()
 
@@ -268,4 +276,62 @@ def test_sigterm_drains_both_workers_then_exits_zero(tiny_model_dir: Path, speec
         code = proc.stop()
     for events, close_code in outcomes:
         assert finals(events) and events[-1]["type"] == "end" and close_code == 1001
+    assert code == 0
+
+
+def exited(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` ends within `timeout_s` (waiting on its pidfd, not polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def test_a_killed_supervisor_leaves_no_worker_or_engine_behind(tiny_model_dir: Path) -> None:
+    proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    processes = stats(proc)["processes"]
+    children = [p["pid"] for p in (*processes["workers"], *processes["engines"])]
+    try:
+        os.kill(proc.proc.pid, signal.SIGKILL)
+        # Workers see their channel close; the engine, its stdin pipe reach its end.
+        left = [pid for pid in children if not exited(pid, 30.0)]
+        assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.stop()
+
+
+def test_ctrl_c_reaches_the_supervisor_alone_which_drains_then_exits_zero(
+    tiny_model_dir: Path, speech: bytes
+) -> None:
+    proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    processes = stats(proc)["processes"]
+    children = [p["pid"] for p in (*processes["workers"], *processes["engines"])]
+
+    async def scenario() -> tuple[list[dict[str, Any]], int | None]:
+        ws = await pinned(proc.url, 1)
+        half = len(speech) // 2 // FRAME * FRAME
+        await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+        await ws.send(speech[:half])
+        await asyncio.sleep(0.5)
+        # A terminal's Ctrl-C signals its foreground process group: the supervisor's.
+        proc.proc.send_signal(signal.SIGINT)
+        return await read_all(ws), ws.close_code
+
+    try:
+        # The children are in groups of their own, so that signal is the supervisor's alone
+        # (the engine must outlive the workers' drain).
+        group = os.getpgid(proc.proc.pid)
+        assert all(os.getpgid(pid) != group for pid in children)
+        events, close_code = run(scenario())
+    finally:
+        code = proc.stop()
+    assert finals(events) and events[-1]["type"] == "end" and close_code == 1001
     assert code == 0

@@ -16,7 +16,7 @@ from engine.decoding.recognizer import Recognizer
 from engine.errors import ReplicaLostError
 from engine.model.directory import load_model_dir
 from engine.remote.gateway import RemoteEngine
-from engine.remote.messages import Tick
+from engine.remote.messages import Collected, Hello, Tick
 from engine.remote.replica import EngineReplica
 from engine.serving.async_engine import AsyncEngine
 from engine.types import (
@@ -618,3 +618,39 @@ def test_close_does_not_wait_for_a_final_that_failed_for_want_of_room() -> None:
 
     (failed,) = asyncio.run(main())
     assert failed.error_code == "no_replica"
+
+
+class NoReplicas:
+    """A transport that never finds a replica, and answers discovery at once."""
+
+    async def discover(self, known: frozenset[str]) -> list[Hello]:
+        return []
+
+    async def tick(self, replica: str, tick: Tick) -> None:
+        raise AssertionError("no replica to tick")
+
+    async def collect(self, replica: str, gateway: str, wait_s: float) -> Collected:
+        raise AssertionError("no replica to collect from")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_discovery_stops_when_cancelled_as_a_loss_wakes_it() -> None:
+    """A replica lost (which wakes discovery) in the same turn as `close` cancels it: on
+    Python 3.11 `asyncio.wait_for` took the wake-up and swallowed the cancellation, so a
+    worker whose engine died with it never finished stopping."""
+
+    async def main() -> bool:
+        engine = RemoteEngine(NoReplicas(), gateway_id="gw", discover_every_s=30.0)
+        engine.start()
+        for _ in range(3):
+            await asyncio.sleep(0)  # discovery is waiting for its next turn
+        task = engine._task
+        assert task is not None
+        engine._discover_now.set()  # as `_lose` does
+        task.cancel()  # as `close` does
+        done, _ = await asyncio.wait([task], timeout=2.0)
+        return bool(done) and task.cancelled()
+
+    assert asyncio.run(main()) is True

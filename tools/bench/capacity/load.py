@@ -13,7 +13,8 @@ from sensestream.client import ClientError, Outcome, SessionOptions, converse
 from tools.bench.capacity.config import BenchConfig
 from tools.bench.capacity.corpus import FRAME_MS
 from tools.bench.capacity.plan import StreamPlan
-from tools.bench.capacity.scrape import Endpoint, Snapshot, is_idle, snapshot
+from tools.bench.capacity.scrape import Endpoint, Snapshot, is_idle, server_processes, snapshot
+from tools.bench.common.proc_cpu import ProcessWatch, WindowCpu
 from tools.stats import Reading, Stats, StatsSampler
 
 START = {"type": "start", "sample_rate": 16000, "encoding": "pcm_s16le", "language": "auto"}
@@ -46,6 +47,8 @@ class LoadOutcome:
     cpu_s: float
     before: Snapshot
     stats_samples: tuple[Stats, ...]
+    # The server's processes' own CPU over the window (read from /proc: spawned servers).
+    server_cpu: WindowCpu | None = None
 
 
 def stream_log(outcome: Outcome, failure: ClientError | None) -> StreamLog:
@@ -104,9 +107,13 @@ async def run_stream(endpoint: Endpoint, plan: StreamPlan, drain_timeout_s: floa
 
 
 async def measured(
-    endpoint: Endpoint, config: BenchConfig, clients: Callable[[], Awaitable[list[T]]]
+    endpoint: Endpoint,
+    config: BenchConfig,
+    clients: Callable[[], Awaitable[list[T]]],
+    watch: ProcessWatch | None = None,
 ) -> tuple[list[T], LoadOutcome]:
-    """Wait for the server to be idle, then run `clients()` while sampling /stats.
+    """Wait for the server to be idle, then run `clients()` while sampling /stats (and,
+    with a `watch`, reading the server's processes' CPU over the same window).
 
     The outcome's logs are left empty for the caller, which knows its clients' results.
     """
@@ -115,18 +122,23 @@ async def measured(
         # Let the previous run's sessions and queue drain before this one starts.
         await sampler.until(lambda r: is_idle(r[-1].stats) if r else False, config.settle_timeout_s)
         before = await asyncio.to_thread(snapshot, endpoint)
+        window = watch.begin(server_processes(before.stats)) if watch else None
         usage = resource.getrusage(resource.RUSAGE_SELF)
         started = time.monotonic()
         results = await clients()
         wall = time.monotonic() - started
         done = resource.getrusage(resource.RUSAGE_SELF)
+        server_cpu = window.end() if window else None
         during = sampler.since(started)
     cpu = (done.ru_utime + done.ru_stime) - (usage.ru_utime + usage.ru_stime)
-    return results, LoadOutcome((), wall, cpu, before, usable(during))
+    return results, LoadOutcome((), wall, cpu, before, usable(during), server_cpu)
 
 
 async def drive(
-    endpoint: Endpoint, plans: Sequence[StreamPlan], config: BenchConfig
+    endpoint: Endpoint,
+    plans: Sequence[StreamPlan],
+    config: BenchConfig,
+    watch: ProcessWatch | None = None,
 ) -> LoadOutcome:
     """Every planned client against an idle server, with /stats sampled throughout."""
 
@@ -134,7 +146,7 @@ async def drive(
         runs = (run_stream(endpoint, p, config.drain_timeout_s) for p in plans)
         return list(await asyncio.gather(*runs))
 
-    logs, outcome = await measured(endpoint, config, clients)
+    logs, outcome = await measured(endpoint, config, clients, watch)
     return replace(outcome, logs=tuple(logs))
 
 

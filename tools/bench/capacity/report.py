@@ -37,12 +37,15 @@ def print_run(run: RunResult) -> None:
     verdict = "pass" if run.passed else "FAIL: " + "; ".join(run.failed)
     if any("server_full" in e for e in run.error_samples):
         verdict += " (server_full: raise the server's --max-sessions / --max-sessions-per-ip)"
+    procs = ""
+    if run.server_cpu is not None:
+        procs = f" (own processes {run.server_cpu.cpu_percent}%, {len(run.server_cpu.processes)})"
     print(
         f"  N={run.streams:<4} finals={run.finals:<5} "
         f"final after VAD p50/p95/p99={judged.p50}/{judged.p95}/{judged.p99} ms  "
         f"VAD end-silence p50={lat.vad_end_silence_ms.p50} ms  "
         f"partial gap p95={lat.partial_interval_ms.p95} ms  errors={run.errors} "
-        f"dropped={run.dropped_sessions}  server cpu={run.server.cpu_percent_mean}%  "
+        f"dropped={run.dropped_sessions}  server cpu={run.server.cpu_percent_mean}%{procs}  "
         f"client cpu={run.client.cpu_percent}%  -> {verdict}",
         file=sys.stderr,
     )

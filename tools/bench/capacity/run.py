@@ -18,6 +18,7 @@ from tools.bench.capacity.load import LoadOutcome, drive, run_loop
 from tools.bench.capacity.plan import StreamPlan, plan_streams, speech_seconds
 from tools.bench.capacity.scrape import Endpoint, snapshot
 from tools.bench.capacity.server_load import ServerLoad, server_load
+from tools.bench.common.proc_cpu import ProcessWatch, WindowCpu
 from tools.bench.common.stats import Percentiles, percentiles
 
 
@@ -56,14 +57,21 @@ class RunResult:
     server: ServerLoad
     passed: bool
     failed: tuple[str, ...]
+    # The server's processes' CPU from /proc over the window (spawned servers only).
+    server_cpu: WindowCpu | None = None
 
 
 def run_once(
-    endpoint: Endpoint, streams: int, pool: Sequence[Clip], config: BenchConfig
+    endpoint: Endpoint,
+    streams: int,
+    pool: Sequence[Clip],
+    config: BenchConfig,
+    watch: ProcessWatch | None = None,
 ) -> RunResult:
-    """N live streams against the server for `duration_s`, analysed."""
+    """N live streams against the server for `duration_s`, analysed (`watch`: whose CPU
+    to read from /proc over the run)."""
     plans = plan_streams(streams, pool, config)
-    outcome, loop_name = run_loop(drive(endpoint, plans, config))
+    outcome, loop_name = run_loop(drive(endpoint, plans, config, watch))
     after = snapshot(endpoint)
     load = server_load(outcome.before, after, outcome.stats_samples)
     return analyse(plans, outcome, loop_name, load, config)
@@ -114,4 +122,5 @@ def analyse(
         server=load,
         passed=not failed,
         failed=failed,
+        server_cpu=outcome.server_cpu,
     )

@@ -106,6 +106,31 @@ def stats_end_silence(stats: Stats | None) -> int | None:
     return None
 
 
+def server_processes(stats: Stats | None) -> dict[int, str]:
+    """The processes a multi-process server lists in /stats' `processes`, by pid: its
+    supervisor, engines and workers (empty when it lists none: one process)."""
+    listed = (stats or {}).get("processes")
+    if not isinstance(listed, dict):
+        return {}
+    found: dict[int, str] = {}
+    supervisor = _pid(listed.get("supervisor"))
+    if supervisor is not None:
+        found[supervisor] = "supervisor"
+    for key, role in (("engines", "engine"), ("workers", "worker")):
+        entries = listed.get(key)
+        for entry in entries if isinstance(entries, list) else []:
+            pid = _pid(entry.get("pid") if isinstance(entry, dict) else None)
+            if pid is not None:
+                found.setdefault(pid, role)
+    return found
+
+
+def _pid(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
 def counter_value(stats: Stats | None, name: str) -> float | None:
     """A counter from /stats' queue section (partials dropped), when present."""
     value = ((stats or {}).get("queue") or {}).get(name)

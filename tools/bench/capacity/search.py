@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 
+from tools.bench.common.rounds import in_turn
+
 
 def capacity_search(start: int, limit: int) -> Generator[int, bool, int]:
     """Double N from `start` until a run fails, then bisect.
@@ -35,9 +37,10 @@ def find_capacity(passes: Callable[[int], bool], start: int, limit: int) -> int:
 
 
 def interleave_searches(
-    passes: Sequence[Callable[[int], bool]], start: int, limit: int
+    passes: Sequence[Callable[[int], bool]], start: int, limit: int, alternate: bool = False
 ) -> list[int]:
-    """Each server's capacity search, one run of each in turn.
+    """Each server's capacity search, one run of each in turn (`alternate`: the order
+    reversed every other round, so neither always runs first).
 
     This shared machine's speed drifts by up to 1.7x within minutes (the engine's own
     busy-time readings show it), so searching one server and then the other compares
@@ -46,8 +49,11 @@ def interleave_searches(
     searches = [capacity_search(start, limit) for _ in passes]
     trying = {i: next(search) for i, search in enumerate(searches)}
     found = [0] * len(passes)
+    round_no = 0
     while trying:
-        for i in sorted(trying):
+        order = in_turn(sorted(trying), round_no) if alternate else sorted(trying)
+        round_no += 1
+        for i in order:
             try:
                 trying[i] = searches[i].send(passes[i](trying[i]))
             except StopIteration as stop:

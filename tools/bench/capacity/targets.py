@@ -12,6 +12,8 @@ from tools.bench.capacity.report import TargetReport, print_run
 from tools.bench.capacity.run import RunResult, run_once
 from tools.bench.capacity.scrape import Endpoint, stats_end_silence
 from tools.bench.capacity.search import interleave_searches
+from tools.bench.common.proc_cpu import ProcessWatch
+from tools.bench.common.rounds import in_turn
 from tools.spawn import ServerSpec, SpawnedServer, spawn
 from tools.stats import Stats
 
@@ -24,6 +26,9 @@ class Target:
     url: str | None = None
     spec: ServerSpec | None = None
     http_url: str | None = None  # /stats and /metrics, when not on the WebSocket's port
+    # Processes the benchmark started for this server (an engine of its own): (pid, role),
+    # their CPU counted with the server's.
+    beside: tuple[tuple[int, str], ...] = ()
 
     @property
     def command(self) -> tuple[str, ...] | None:
@@ -38,6 +43,8 @@ class Search:
     find_capacity: bool
     max_streams: int
     api_key: str | None = None
+    # Reverse the servers' order every other round (else always as given).
+    alternate: bool = False
 
 
 def server_spec(
@@ -98,6 +105,10 @@ class LiveTarget:
             print(f"[{target.name}] starting: {' '.join(target.spec.command)}", file=sys.stderr)
             self.spawned = spawn(target.spec)
         self.url = self.spawned.url if self.spawned is not None else target.url or ""
+        # Only a server spawned here has processes on this host to read.
+        self.watch = (
+            ProcessWatch(self.spawned.proc.pid, target.beside) if self.spawned is not None else None
+        )
         self.endpoint = Endpoint.of(self.url, target.http_url, api_key)
         self.stats = self.endpoint.stats()
         if self.stats is None:
@@ -109,7 +120,7 @@ class LiveTarget:
         if n not in self.results:
             name, seconds = self.target.name, self.config.duration_s
             print(f"[{name}] {n} stream(s) for {seconds:g} s", file=sys.stderr)
-            self.results[n] = run_once(self.endpoint, n, self.pool, self.config)
+            self.results[n] = run_once(self.endpoint, n, self.pool, self.config, self.watch)
             print_run(self.results[n])
         return self.results[n].passed
 
@@ -147,10 +158,11 @@ def measure_targets(
         capacities: list[int | None] = [None] * len(live)
         if search.find_capacity:
             start = min(search.streams)
-            capacities = list(interleave_searches(checks, start, search.max_streams))
+            found = interleave_searches(checks, start, search.max_streams, search.alternate)
+            capacities = list(found)
         else:
-            for n in search.streams:
-                for check in checks:
+            for round_no, n in enumerate(search.streams):
+                for check in in_turn(checks, round_no) if search.alternate else checks:
                     check(n)
     finally:
         for t in live:
