@@ -145,8 +145,8 @@ class HostLink:
             where = await self._call(Follow(key, wait_s, follow_id), wait_s + CALL_DEADLINE_S)
         except ChannelClosedError:
             where = Followed.MISSING
-        except BaseException:
-            self._follows.pop(follow_id, None)
+        except BaseException:  # cancelled (its client left): the owner stops relaying
+            self._left(follow_id)
             raise
         if where is not Followed.RELAYED:
             self._follows.pop(follow_id, None)

@@ -372,9 +372,13 @@ class Publisher:
 
     def close(self, reason: ErrorEvent | None) -> None:
         """The connection is over; `reason` says why when it ended without `Ended`."""
+        # The refusal hooks tie connection, publisher and stream in a cycle: cut it, so
+        # that a finished session is freed at once rather than at the next full GC.
+        self.on_refused = None
         stream = self._stream
         if stream is None:
             return
+        stream.refuse = None
         lost = None if stream.ended else reason
         self._hub.close(stream, lost)
         if self._webhook is not None:
