@@ -151,7 +151,9 @@ class HostLink:
         if where is not Followed.RELAYED:
             self._follows.pop(follow_id, None)
         if where is Followed.HERE:
-            return await follow_here(self._state.streams, key, 0.0)
+            found = await follow_here(self._state.streams, key, 0.0)
+            ended = self._state.streams.subscribe_ended(key)
+            return ended if found is Followed.MISSING and ended is not None else found
         if where is Followed.RELAYED:
             return sub
         return where if isinstance(where, Followed) else Followed.MISSING
@@ -222,11 +224,10 @@ class HostLink:
     def _subscribe(self, body: Subscribe) -> Followed:
         hub = self._state.streams
         stream = hub.get(body.key)
-        if stream is None:
-            return Followed.MISSING
-        if len(stream.subscribers) >= MAX_SUBSCRIBERS:
+        if stream is not None and len(stream.subscribers) >= MAX_SUBSCRIBERS:
             return Followed.FULL
-        sub = hub.subscribe(body.key)
+        # Ended since the supervisor saw it live: the follower still gets all of it.
+        sub = hub.subscribe(body.key) or hub.subscribe_ended(body.key)
         if sub is None:
             return Followed.MISSING
         task = asyncio.create_task(self._relay(body.follow_id, sub), name="relay")

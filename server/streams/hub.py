@@ -10,6 +10,7 @@ subscriber that cannot keep up is dropped with an error; the call never waits fo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ from streaming.protocols.v1.codec import event_to_dict
 MAX_BACKLOG = 500
 #: Followers of one stream (each holds a socket and a bounded outbox).
 MAX_SUBSCRIBERS = 32
+#: How long, and how many, ended streams are kept for a follower on another worker whose
+#: hand-over (two hops through the supervisor) crossed the stream's end.
+ENDED_GRACE_S = 5.0
+MAX_ENDED = 256
 
 
 class StreamFullError(Exception):
@@ -106,6 +111,7 @@ class LiveStream:
     # Ends the session when its id turns out to be taken on another worker (its
     # publisher sets it; the host-wide check answers after the stream is listed here).
     refuse: Callable[[ProtocolError], None] | None = None
+    closing: tuple[SessionEvent, ...] = ()  # how it ended: (reason,) Ended, once it has
 
     @property
     def key(self) -> str:
@@ -181,6 +187,7 @@ class StreamHub:
         self._observer = observer
         self._streams: dict[str, LiveStream] = {}
         self._opened = KeyWaits()  # ids someone waits to follow
+        self._ended: dict[str, tuple[LiveStream, float]] = {}  # recently, in end order
         self._max_pending = max_pending
         self._max_backlog = max_backlog
 
@@ -244,8 +251,10 @@ class StreamHub:
         if stream.ended:
             return
         stream.ended = True
+        stream.closing = (Ended(),) if reason is None else (reason, Ended())
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
+            self._remember(stream)
             if self._observer is not None:
                 self._observer.closed(stream)
         if reason is None:
@@ -253,6 +262,28 @@ class StreamHub:
         for sub in list(stream.subscribers):
             if not (sub.put(reason) and sub.put(Ended())):
                 self._drop(sub)
+
+    def _remember(self, stream: LiveStream) -> None:
+        now = time.monotonic()
+        self._ended[stream.key] = (stream, now)
+        while len(self._ended) > MAX_ENDED or (
+            self._ended and next(iter(self._ended.values()))[1] < now - ENDED_GRACE_S
+        ):
+            del self._ended[next(iter(self._ended))]
+
+    def subscribe_ended(self, stream_id: str) -> Subscription | None:
+        """The whole of a stream that ended within `ENDED_GRACE_S`: its configuration, its
+        finals and how it ended (None if it did not). For a follower on another worker
+        whose hand-over crossed the stream's end; a follower here arriving late gets 404."""
+        found = self._ended.get(stream_id)
+        now = time.monotonic()
+        if found is None or found[1] < now - ENDED_GRACE_S:
+            return None
+        stream = found[0]
+        sub = Subscription(None, len(stream.backlog) + len(stream.closing) + 1)
+        for event in (stream.configured, *stream.backlog, *stream.closing):
+            sub.put(event)
+        return sub
 
     def subscribe(self, stream_id: str) -> Subscription | None:
         """Follow a live stream from now on, after its configuration and missed finals."""

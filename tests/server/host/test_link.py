@@ -11,7 +11,7 @@ from typing import Any
 
 from server.host.admission import Admission, Kind, Limit, Scope
 from server.host.link import LOST, HostLink
-from server.host.messages import Followed, Topic
+from server.host.messages import Followed, Subscribe, Topic
 from server.streams.hub import StreamHub, Subscription
 from server.supervisor.control import Control
 from streaming.errors import ProtocolError
@@ -141,3 +141,25 @@ def test_a_dead_workers_followers_learn_the_stream_is_lost_and_its_leases_return
     assert full is Scope.PEER  # one session per address, counted across workers
     assert events[1:] == [LOST, Ended()]
     assert isinstance(after, int)  # the dead worker's lease came back
+
+
+def test_a_follower_whose_hand_over_crosses_the_streams_end_still_gets_all_of_it(
+    tmp_path: Path,
+) -> None:
+    """The supervisor saw the stream live and asked its worker to relay it, but it ended
+    in between (two hops): the worker relays the whole of it rather than answer missing."""
+
+    async def scenario() -> tuple[object, list[SessionEvent], object]:
+        async with host(tmp_path) as (_, (owner, _other)):
+            stream = owner.streams.open(configured("call"), "s1", "v1", 0.0)
+            owner.streams.publish(stream, final(0))
+            owner.streams.close(stream, LOST)
+            where = await owner.link.answer(Subscribe("1.0", "call"))
+            ended = owner.streams.subscribe_ended("call")
+            assert ended is not None
+            return where, await take(ended, 4), await owner.link.answer(Subscribe("1.1", "x"))
+
+    where, events, missing = run(scenario())
+    assert where is Followed.RELAYED
+    assert events == [configured("call"), final(0), LOST, Ended()]
+    assert missing is Followed.MISSING
