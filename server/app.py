@@ -172,15 +172,15 @@ class App:
         self.sessions: dict[str, Connection] = {}
         # Host-wide state: this process's own, or the supervisor's (a worker's link).
         self.seat = seat
-        self.link = HostLink(seat.worker, seat.control, self) if seat is not None else None
+        # A relayed follower may queue what a local one may (its backlog included).
+        capacity = config.limits.max_pending_events + config.limits.stream_backlog
+        self.link = (
+            HostLink(seat.worker, seat.control, self, capacity) if seat is not None else None
+        )
         self.streams = StreamHub(
             config.limits.max_pending_events, config.limits.stream_backlog, self.link
         )
         self.host: Host = self.link or LocalHost(Admission(limits_of(config.limits)), self.streams)
-        if self.link is not None:  # what a relayed follower may queue: as a local one
-            self.link.follower_capacity = (
-                config.limits.max_pending_events + config.limits.stream_backlog
-            )
         self.follower_slots = FollowerSlots(self.host, config.limits)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)

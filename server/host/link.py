@@ -77,7 +77,9 @@ class HostLink:
     """The worker's side of its channel to the supervisor (a `Host` and a
     `StreamObserver`)."""
 
-    def __init__(self, worker: int, control: str, state: WorkerState) -> None:
+    def __init__(
+        self, worker: int, control: str, state: WorkerState, follower_capacity: int
+    ) -> None:
         self.worker = worker
         self._control = control
         self._state = state
@@ -87,7 +89,7 @@ class HostLink:
         self._follows: dict[str, Subscription] = {}  # followers here of streams elsewhere
         self._relays: dict[str, asyncio.Task[None]] = {}  # streams here followed elsewhere
         self._tasks: set[asyncio.Task[None]] = set()
-        self.follower_capacity = 256 + 500  # set by the app from its limits
+        self._follower_capacity = follower_capacity  # what a relayed follower may queue
         self.on_lost: Callable[[], None] | None = None  # the supervisor went away
         self._closing = False
 
@@ -139,7 +141,7 @@ class HostLink:
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         follow_id = f"{self.worker}.{next(self._ids)}"
-        sub = Subscription(None, self.follower_capacity, lambda: self._left(follow_id))
+        sub = Subscription(None, self._follower_capacity, lambda: self._left(follow_id))
         self._follows[follow_id] = sub  # relays may come before the answer does
         try:
             where = await self._call(Follow(key, wait_s, follow_id), wait_s + CALL_DEADLINE_S)

@@ -23,7 +23,7 @@ class Worker:
     """A worker's state as its link reports it: a real hub, fixed stats."""
 
     def __init__(self, index: int, control: str) -> None:
-        self.link = HostLink(index, control, self)
+        self.link = HostLink(index, control, self, follower_capacity=64)
         self.streams = StreamHub(max_pending=16, max_backlog=8, observer=self.link)
         self.refused: list[ProtocolError] = []
 
