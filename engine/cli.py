@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from engine.backends.registry import BACKENDS, PRECISIONS, BackendOptions, create_backend
+from engine.backends.registry import BACKEND_CHOICES, PRECISIONS, BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer
 from engine.errors import EngineError
 from engine.features.audio_files import read_audio
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = commands.add_parser("transcribe", help="transcribe audio files offline")
     tr.add_argument("files", nargs="+", type=Path, metavar="FILE")
     tr.add_argument("--model", default=DEFAULT_MODEL_ID, help="local dir or ModelScope id")
-    tr.add_argument("--backend", choices=BACKENDS, default="onnx")
+    tr.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
     tr.add_argument("--precision", choices=PRECISIONS, default="auto")
     tr.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     tr.add_argument("--threads", type=int, default=None, help="intra-op threads")

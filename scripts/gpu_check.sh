@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One prepared check for a GPU host: install, build the full test model, parity, engine
-# benchmarks, GPU tests, a short server benchmark, a profile under live load and the host
-# CPU's int8 recipes, all within about 8 minutes.
+# One prepared check for a GPU host: install, build the full test model, engine benchmarks
+# (the GPU path as served: features on the device and CUDA graphs; and without both, side
+# by side), parity, GPU tests, ONNX Runtime on CUDA where installed, short server
+# benchmarks and a profile under live load, all within about 9 minutes.
 #
 # Every step runs under `timeout` (capped by what is left of the overall deadline), logs to
 # $OUT/<step>.log and is recorded in $OUT/steps.jsonl, so one failing step loses nothing
@@ -11,7 +12,7 @@
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU host (wheels from .whl/)
 #   scripts/gpu_check.sh --dry-run                # here: same steps, CPU, tiny model
 # Environment: OUT (default: a new temp dir), PYTHON (default python3, or .venv's python
-# in a dry run), DEADLINE_S (default 470), GPU_CHECK_WORK (default /tmp/sensestream-gpu),
+# in a dry run), DEADLINE_S (default 520), GPU_CHECK_WORK (default /tmp/sensestream-gpu),
 # GPU_CHECK_TTS=cache (use .whl/bench-speech even where espeak-ng exists, to test that path).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ mkdir -p "$OUT"
 WORK=${GPU_CHECK_WORK:-/tmp/sensestream-gpu}
 mkdir -p "$WORK"
 START=$(date +%s)
-DEADLINE=$((START + ${DEADLINE_S:-470}))
+DEADLINE=$((START + ${DEADLINE_S:-520}))
 STEPS="$OUT/steps.jsonl"
 : >"$STEPS"
 
@@ -32,15 +33,19 @@ if ((DRY_RUN)); then
   PY=${PYTHON:-$REPO/.venv/bin/python}
   DEVICE=cpu PRECISION=fp32 SIZE=tiny
   BATCHES=1,2 SECONDS_LIST=2,10 REPEATS=1 PARITY_SECONDS=1,3
+  EAGER_BATCHES=1,2 EAGER_SECONDS=2
+  # The CPU has no graphs to capture, but it runs the device-feature path.
+  GPU_PATH="--device-features on"
   STREAMS=2 DURATION=6 PROFILE_STREAMS=2 PROFILE_DURATION=10
-  RECIPES=w8-block128 RECIPE_CLIPS=2 RECIPE_PASSES=1
   SWEEP_WORKERS=2 SWEEP_STREAMS=2,4 SWEEP_DURATION=6
 else
   PY=${PYTHON:-python3}
   DEVICE=cuda PRECISION=fp16 SIZE=full
   BATCHES=1,2,4,8,16,32,64 SECONDS_LIST=3,10,15 REPEATS=5 PARITY_SECONDS=2,5,10
+  # Issue 37: the same engine with device features and CUDA graphs off (the path before).
+  EAGER_BATCHES=1,4,16,64 EAGER_SECONDS=10,15
+  GPU_PATH="" # torch on CUDA: device features and graphs are on by default
   STREAMS=16,64 DURATION=20 PROFILE_STREAMS=96 PROFILE_DURATION=20
-  RECIPES=w8-block128 RECIPE_CLIPS=6 RECIPE_PASSES=2
   # Issue 36: worker processes (cores less the engine's and one for the supervisor and
   # the load generator), aiming past 256 live streams at final-after-VAD p95 <= 1 s.
   SWEEP_WORKERS=$(($(nproc) > 3 ? $(nproc) - 2 : 2)) SWEEP_STREAMS=64,128,256,512 SWEEP_DURATION=20
@@ -143,15 +148,22 @@ build_model() {
   "$PY" scripts/make_test_model.py --size "$SIZE" --out "$MODEL"
 }
 
-bench_torch() {
+bench_torch() { # the GPU path as served: features on the device, CUDA graphs
   "$PY" scripts/bench_engine.py --model "$MODEL" --backend torch --device "$DEVICE" \
-    --precision "$PRECISION" --batch "$BATCHES" --seconds "$SECONDS_LIST" \
+    --precision "$PRECISION" --batch "$BATCHES" --seconds "$SECONDS_LIST" $GPU_PATH \
     --repeats "$REPEATS" --feature-threads 8 --json "$OUT/bench_engine_torch_$PRECISION.json"
 }
 
-parity() { # parity PRECISION
+bench_torch_eager() { # the path before issue 37: features on CPU threads, no graphs
+  "$PY" scripts/bench_engine.py --model "$MODEL" --backend torch --device "$DEVICE" \
+    --precision "$PRECISION" --batch "$EAGER_BATCHES" --seconds "$EAGER_SECONDS" \
+    --device-features off --cuda-graphs off --repeats "$REPEATS" --feature-threads 8 \
+    --json "$OUT/bench_engine_torch_${PRECISION}_eager.json"
+}
+
+parity() { # parity PRECISION: the served path (from features and from raw audio)
   "$PY" -m engine.backends.parity --model "$MODEL" --backend torch --device "$DEVICE" \
-    --precision "$1" --seconds "$PARITY_SECONDS" --json "$OUT/parity_torch_$1.json"
+    --precision "$1" --seconds "$PARITY_SECONDS" $GPU_PATH --json "$OUT/parity_torch_$1.json"
 }
 
 gpu_tests() {
@@ -202,23 +214,6 @@ server_profile() { # py-spy on the server's threads under live load (scripts/gpu
     N="$PROFILE_STREAMS" DUR="$PROFILE_DURATION" scripts/gpu_profile.sh
 }
 
-int8_recipes() { # int8_recipes SPEECH_DIR: the host CPU's int8 recipes (VNNI, AMX), 2 threads
-  local path=$PATH
-  if [[ $1 == "$REPO/.whl/bench-speech" ]]; then path="$WORK/no-tts:$PATH"; fi
-  PATH="$path" "$PY" - "$1" "$WORK/int8-clips.npz" "$RECIPE_CLIPS" <<'EOF' &&
-import sys
-from pathlib import Path
-import numpy as np
-from tools.bench.capacity.corpus import build_pool
-pool = build_pool(Path(sys.argv[1]))[: int(sys.argv[3])]
-pcm = {f"c{i:02d}": np.frombuffer(b"".join(c.frames), np.int16)[: c.samples] for i, c in enumerate(pool)}
-np.savez(sys.argv[2], **pcm)
-EOF
-    "$PY" scripts/bench_int8_recipes.py --model "$MODEL" --work "$WORK/int8" --recipes "$RECIPES" \
-      --clips-npz "$WORK/int8-clips.npz" --clips "$RECIPE_CLIPS" --passes "$RECIPE_PASSES" \
-      --threads 2 --json "$OUT/int8_recipes.json"
-}
-
 ort_ready() {
   "$PY" -c 'import onnxruntime as o, sys
 sys.exit(0 if "CUDAExecutionProvider" in o.get_available_providers() else 1)'
@@ -248,6 +243,32 @@ def load(name):
     except (OSError, ValueError):
         return None
 steps = [json.loads(l) for l in (out / "steps.jsonl").read_text().splitlines() if l.strip()]
+def gpu_path(served, eager, parity):
+    """Issue 37: the served GPU path against the eager one, case by case, and its goals."""
+    if served is None:
+        return None
+    cases = {(c["batch"], c["seconds"]): c for c in served.get("cases", []) if "error" not in c}
+    rows = []
+    for c in (eager or {}).get("cases", []):
+        s = cases.get((c.get("batch"), c.get("seconds")))
+        if s is None or "error" in c:
+            continue
+        rows.append({"batch": c["batch"], "seconds": c["seconds"],
+                     "wall_ms": [round(s["wall_s"] * 1000, 2), round(c["wall_s"] * 1000, 2)],
+                     "model_ms": [s["model_ms"], c["model_ms"]],
+                     "end_to_end_speedup": round(c["wall_s"] / s["wall_s"], 3),
+                     "model_speedup": round(c["model_ms"] / s["model_ms"], 3)})
+    t = served.get("targets", {})
+    best64 = max((c["audio_s_per_s"] for c in cases.values() if c["batch"] == 64), default=None)
+    return {"columns": "[served, eager]", "rows": rows,
+            "features_on_device": served.get("features_on_device"),
+            "graph_buckets": served.get("graph_buckets"),
+            "batch64_end_to_end_audio_s_per_s": best64, "goal_batch64": 5000,
+            "batch1_10s_model_ms": t.get("batch1_10s_model_ms"), "goal_model_ms": 15,
+            "batch1_10s_end_to_end_ms": t.get("batch1_10s_end_to_end_ms"), "goal_end_to_end_ms": 25,
+            "parity_frame_agreement_mean": (parity or {}).get("frame_agreement_mean"),
+            "parity_audio_frame_agreement_mean": (parity or {}).get("audio_frame_agreement_mean"),
+            "goal_parity": 0.98}
 report = {"dry_run": dry, "seconds": round(time.time() - start, 1), "env": load("env.json"),
           "steps": steps, "engine": {}, "parity": {}}
 for path in sorted(out.glob("bench_engine_*.json")):
@@ -271,8 +292,7 @@ def runs(name):
                         "busy_audio_s_per_s": srv.get("busy_audio_s_per_s")})
     return out
 # Only 8 files come back from the host: the key numbers ride in this one.
-report["server_bench"] = {"inline_vad": runs("bench_server.json"),
-                          "vad_thread": runs("bench_server_vad_thread.json"),
+report["server_bench"] = {"vad_thread": runs("bench_server_vad_thread.json"),
                           "workers": runs("bench_server_workers.json"),
                           "profiled": runs("profile/bench.json")}
 sweep = [r for r in report["server_bench"]["workers"] or [] if r["final_after_vad_p95_ms"] is not None]
@@ -284,17 +304,18 @@ report["profile_threads"] = {
     name: {"share_of_samples": t.get("share_of_samples"), "busy": t.get("busy_share_of_thread"),
            "top": [(f.get("frame"), f.get("share_of_thread")) for f in t.get("top_frames", [])[:5]]}
     for name, t in profile.get("threads", {}).items()}
-recipes = load("int8_recipes.json") or {}
-report["int8_recipes"] = {k: recipes.get(k) for k in ("onnxruntime", "clips", "passes", "rows")}
+report["gpu_path"] = gpu_path(load(f"bench_engine_torch_{os.environ['PRECISION']}.json"),
+                              load(f"bench_engine_torch_{os.environ['PRECISION']}_eager.json"),
+                              load(f"parity_torch_{os.environ['PRECISION']}.json"))
 print(json.dumps(report, indent=1))
 EOF
 }
 
 export OUT WORK REPO PY DEVICE PRECISION SIZE MODEL BATCHES SECONDS_LIST REPEATS \
-  PARITY_SECONDS STREAMS DURATION PROFILE_STREAMS PROFILE_DURATION RECIPES RECIPE_CLIPS \
-  RECIPE_PASSES SWEEP_WORKERS SWEEP_STREAMS SWEEP_DURATION
-export -f environment install_wheels check_imports build_model bench_torch parity gpu_tests \
-  server_bench server_profile ort_cuda int8_recipes workers_sweep
+  PARITY_SECONDS EAGER_BATCHES EAGER_SECONDS GPU_PATH STREAMS DURATION PROFILE_STREAMS \
+  PROFILE_DURATION SWEEP_WORKERS SWEEP_STREAMS SWEEP_DURATION
+export -f environment install_wheels check_imports build_model bench_torch bench_torch_eager \
+  parity gpu_tests server_bench server_profile ort_cuda workers_sweep
 trap 'summarise; echo "== summary: $OUT/gpu_check.json"' EXIT
 
 echo "gpu_check: out=$OUT dry_run=$DRY_RUN device=$DEVICE model=$MODEL"
@@ -308,36 +329,27 @@ fi
 step imports 90 check_imports
 step model 150 build_model
 step bench_torch 180 bench_torch
+step bench_torch_eager 120 bench_torch_eager
 step parity_torch 120 parity "$PRECISION"
-if ((!DRY_RUN)); then
-  step parity_torch_bf16 90 parity bf16
-fi
 step gpu_tests 150 gpu_tests
-if SPEECH=$(speech_dir); then
-  # The VAD's thread is on by default beside a GPU: the first run turns it off.
-  step server_bench 180 server_bench "$SPEECH" bench_server.json --no-vad-thread
-  # The VAD on its own thread: on the first H200 run the loop, busy with the VAD, was
-  # what held back 64 streams.
-  step server_bench_vad_thread 180 server_bench "$SPEECH" bench_server_vad_thread.json --vad-thread
-  # Issue 36: the same load through worker processes and an engine process.
-  step workers_sweep 200 workers_sweep "$SPEECH"
-else
-  skip server_bench "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
-fi
 if ((DRY_RUN)); then
   step onnx 120 ort_cuda int8 cpu # the same step on the CPU provider
 elif ort_ready; then
   step onnx_cuda 200 ort_cuda fp16 "$DEVICE"
 else
+  # onnxruntime-gpu's wheel (300 MB for 1.23.2) is over the device tool's 64 MiB carry.
   skip onnx_cuda "onnxruntime has no CUDAExecutionProvider here (a CPU-only wheel): ORT-CUDA not measured"
 fi
-# After the GPU's own steps: the host CPU's blockwise (MatMulNBits) int8 recipe, which lost
-# on AVX2 and whose int8 kernels use VNNI and AMX where they exist. It exports the fp32
-# graph and quantizes it twice (the export's recipe and w8); not yet timed on that host.
 if SPEECH=$(speech_dir); then
-  step int8_recipes 150 int8_recipes "$SPEECH"
+  # Issue 36: live streams through worker processes and an engine process.
+  step workers_sweep 200 workers_sweep "$SPEECH"
+  # One process, the VAD on its own thread (the default beside a GPU).
+  step server_bench_vad_thread 150 server_bench "$SPEECH" bench_server_vad_thread.json --vad-thread
 else
-  skip int8_recipes "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
+  skip workers_sweep "espeak-ng/sox are absent and .whl/bench-speech was not made (gpu_wheels.sh)"
+fi
+if ((!DRY_RUN)); then
+  step parity_torch_bf16 90 parity bf16
 fi
 # Last, as it is the step most worth losing to the deadline (the 2026-12-04b run has one):
 # where the server's time goes.

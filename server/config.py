@@ -275,7 +275,7 @@ class EngineSettings:
     # describe those engines' build, done by those commands, not this process's).
     engine_url: str = "local"
     model: str = DEFAULT_MODEL_ID
-    backend: str = "onnx"
+    backend: str = "auto"  # ONNX Runtime on the CPU, torch on CUDA
     precision: str = "auto"
     device: str = "cpu"  # or several GPUs: cuda:0,cuda:1
     threads: int | None = None
@@ -287,6 +287,10 @@ class EngineSettings:
     memory_budget: str | None = None  # per device
     budget_fraction: float = 0.8  # of each GPU's free memory, when memory_budget is unset
     tensorrt: bool = False
+    # auto: on for the torch backend on CUDA. Features (fbank, LFR, CMVN) computed on the
+    # GPU from raw audio, and CUDA graphs of the encoder replayed for small batches.
+    device_features: str = "auto"
+    cuda_graphs: str = "auto"
     # With no real model at hand (and only for the default id), serve a random-weight test
     # model built once into test_model_cache (default ~/.cache/sensestream/models/test-SIZE).
     fallback_test_model: bool = True
@@ -321,6 +325,8 @@ class EngineSettings:
                 device=self.device,
                 threads=self.threads,
                 tensorrt=self.tensorrt,
+                device_features=self.device_features,
+                cuda_graphs=self.cuda_graphs,
             ),
             max_batch=None if self.max_batch == "auto" else int(self.max_batch),
             max_wait_ms=self.max_wait_ms,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,4 +27,20 @@ class Backend(Protocol):
         array of the argmax id of every encoder frame, prompt frames included, so its
         length is T_i + PROMPT_FRAMES. Padding never changes an item's result.
         """
+        ...
+
+
+@runtime_checkable
+class AudioBackend(Backend, Protocol):
+    """A backend that can also compute the features itself, on its device, from audio."""
+
+    @property
+    def takes_audio(self) -> bool:
+        """True when `run_audio` is the path to use (its device computes features)."""
+        ...
+
+    def run_audio(
+        self, audios: Sequence[np.ndarray], options: Sequence[DecodeOptions]
+    ) -> list[np.ndarray]:
+        """`run` for float32 mono audio at 16 kHz, each at least one analysis window long."""
         ...

@@ -98,7 +98,7 @@ class HostStaging:
 
 
 def pack_padded(target: torch.Tensor, feats: Sequence[np.ndarray]) -> None:
-    """Write [T_i, D] arrays into a [B, T_max, D] host tensor, zeroing the padding."""
+    """Write [T_i] or [T_i, D] arrays into a [B, T_max(, D)] host tensor, zeroing the padding."""
     out = target.numpy()
     for i, f in enumerate(feats):
         out[i, : f.shape[0]] = f

@@ -2,7 +2,8 @@
 
 The same features go to both (e.g. torch fp16 on CUDA against torch fp32 on the CPU);
 the report gives per-clip frame-argmax agreement and whether the collapsed CTC tokens
-match, alone and in one batch. Clips are synthetic, so no speech tools are needed.
+match, alone and in one batch, and, for a candidate that computes features on its device,
+from the raw audio too. Clips are synthetic, so no speech tools are needed.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.base import Backend
-from engine.backends.registry import BACKENDS, PRECISIONS, BackendOptions, create_backend
+from engine.backends.base import AudioBackend, Backend
+from engine.backends.registry import (
+    BACKENDS,
+    PRECISIONS,
+    SWITCHES,
+    BackendOptions,
+    create_backend,
+)
 from engine.decoding.ctc import greedy_collapse
 from engine.errors import EngineError
 from engine.features.fbank import Frontend
@@ -37,14 +44,18 @@ class ClipParity:
     frame_agreement: float
     tokens_equal: bool
     batched_frame_agreement: float
+    # From raw audio through the candidate's own (device) features; None when it has none.
+    audio_frame_agreement: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        audio = self.audio_frame_agreement
         return {
             "seconds": self.seconds,
             "kind": self.kind,
             "frame_agreement": round(self.frame_agreement, 4),
             "tokens_equal": self.tokens_equal,
             "batched_frame_agreement": round(self.batched_frame_agreement, 4),
+            "audio_frame_agreement": None if audio is None else round(audio, 4),
         }
 
 
@@ -74,12 +85,18 @@ def compare(
     candidate: Backend,
     feats: Sequence[np.ndarray],
     labels: Sequence[tuple[str, float]],
+    audios: Sequence[np.ndarray] = (),
 ) -> list[ClipParity]:
-    """Clip by clip against the reference, alone and as one batch."""
+    """Clip by clip against the reference, alone and as one batch (and from `audios`, the
+    clips the features came from, where the candidate computes features itself)."""
     options = [DecodeOptions()] * len(feats)
     ref = [reference.run([f], [o])[0] for f, o in zip(feats, options, strict=True)]
     alone = [candidate.run([f], [o])[0] for f, o in zip(feats, options, strict=True)]
     batched = candidate.run(feats, options)
+    from_audio: list[float | None] = [None] * len(feats)
+    if audios and isinstance(candidate, AudioBackend) and candidate.takes_audio:
+        heard = [candidate.run_audio([a], [o])[0] for a, o in zip(audios, options, strict=True)]
+        from_audio = [_agreement(r, h) for r, h in zip(ref, heard, strict=True)]
     return [
         ClipParity(
             seconds=seconds,
@@ -87,8 +104,9 @@ def compare(
             frame_agreement=_agreement(r, a),
             tokens_equal=greedy_collapse(r).ids == greedy_collapse(a).ids,
             batched_frame_agreement=_agreement(r, b),
+            audio_frame_agreement=h,
         )
-        for (kind, seconds), r, a, b in zip(labels, ref, alone, batched, strict=True)
+        for (kind, seconds), r, a, b, h in zip(labels, ref, alone, batched, from_audio, strict=True)
     ]
 
 
@@ -100,7 +118,9 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 def summarise(results: Sequence[ClipParity]) -> dict[str, Any]:
     frames = [r.frame_agreement for r in results]
+    heard = [r.audio_frame_agreement for r in results if r.audio_frame_agreement is not None]
     return {
+        "audio_frame_agreement_mean": round(float(np.mean(heard)), 4) if heard else None,
         "frame_agreement_mean": round(float(np.mean(frames)), 4),
         "frame_agreement_min": round(float(np.min(frames)), 4),
         "tokens_equal": f"{sum(r.tokens_equal for r in results)}/{len(results)}",
@@ -120,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ref-backend", choices=BACKENDS, default="torch")
     parser.add_argument("--ref-device", default="cpu")
     parser.add_argument("--ref-precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--device-features", choices=SWITCHES, default="auto")
+    parser.add_argument("--cuda-graphs", choices=SWITCHES, default="auto")
     parser.add_argument("--seconds", default="2,5,10", help="clip lengths, comma-separated")
     parser.add_argument("--json", type=Path, help="write the report here too")
     return parser
@@ -131,7 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model_dir = resolve_model(args.model)
         ref_options = BackendOptions(args.ref_backend, args.ref_precision, args.ref_device)
-        options = BackendOptions(args.backend, args.precision, args.device)
+        options = BackendOptions(
+            args.backend,
+            args.precision,
+            args.device,
+            device_features=args.device_features,
+            cuda_graphs=args.cuda_graphs,
+        )
         reference = create_backend(model_dir, ref_options)
         candidate = create_backend(model_dir, options)
     except (EngineError, ValueError) as exc:
@@ -141,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     made = clips([float(s) for s in args.seconds.split(",") if s])
     feats = [frontend.features(audio) for _, _, audio in made]
     started = time.perf_counter()
-    results = compare(reference, candidate, feats, [(k, s) for k, s, _ in made])
+    labels = [(k, s) for k, s, _ in made]
+    results = compare(reference, candidate, feats, labels, [a for _, _, a in made])
     report = {
         "model": str(model_dir.path),
         "test_model": model_dir.is_test_model,

@@ -15,7 +15,14 @@ from engine.model.directory import ONNX_NAMES, ModelDir
 from engine.serving.devices import parse_devices
 
 BACKENDS = ("onnx", "torch")
+#: What a command line may ask for: `auto` is ONNX Runtime on the CPU and torch on CUDA,
+#: the one GPU path measured end to end (onnxruntime-gpu has not run on a GPU host yet).
+BACKEND_CHOICES = ("auto", *BACKENDS)
 PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8")
+SWITCHES = ("auto", "on", "off")
+#: The longest CUDA graph bucket by default, in feature frames: 15 s, the default longest
+#: VAD segment (the engine builder sets it from the server's `max_segment_ms`).
+DEFAULT_GRAPH_FRAMES = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,23 +30,44 @@ class BackendOptions:
     """Which backend runs the model, where, and at what precision.
 
     `device` may list several GPUs (`cuda:0,cuda:1`) for the engine builder, which opens
-    one backend per device; `create_backend` itself takes one device.
+    one backend per device; `create_backend` itself takes one device. `backend="auto"`
+    is resolved here, so every reader sees `onnx` or `torch`.
     """
 
-    backend: str = "onnx"
+    backend: str = "auto"
     precision: str = "auto"
     device: str = "cpu"
     threads: int | None = None
     tensorrt: bool = False
     # Where a CPU session keeps onnxruntime's optimized graph (None: optimize every start).
     graph_cache: Path | None = None
+    # Features (fbank, LFR, CMVN) computed by the backend on its device from raw audio;
+    # auto: torch on CUDA (`on` also runs it on the CPU).
+    device_features: str = "auto"
+    # CUDA graphs of the encoder for small batches; auto: torch on CUDA. `graph_frames` is
+    # the longest bucket (feature frames); longer utterances run eagerly.
+    cuda_graphs: str = "auto"
+    graph_frames: int = DEFAULT_GRAPH_FRAMES
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
+        if self.backend not in BACKEND_CHOICES:
+            raise ValueError(f"backend must be one of {BACKEND_CHOICES}; got {self.backend!r}")
+        if self.backend == "auto":
+            on_gpu = parse_devices(self.device)[0].startswith("cuda")
+            object.__setattr__(self, "backend", "torch" if on_gpu else "onnx")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
-        parse_devices(self.device)
+        for name in ("device_features", "cuda_graphs"):
+            if getattr(self, name) not in SWITCHES:
+                raise ValueError(f"{name} must be one of {SWITCHES}; got {getattr(self, name)!r}")
+        if self.graph_frames < 1:
+            raise ValueError(f"graph_frames must be positive; got {self.graph_frames}")
+        cuda = parse_devices(self.device)[0].startswith("cuda")
+        # Features from audio run on the CPU too (for tests and comparisons); graphs need CUDA.
+        if self.device_features == "on" and self.backend != "torch":
+            raise ValueError("device-features on needs --backend torch")
+        if self.cuda_graphs == "on" and not (self.backend == "torch" and cuda):
+            raise ValueError("cuda-graphs on needs --backend torch --device cuda")
 
     def resolved_precision(self) -> str:
         """`auto` is the fastest measured: int8 ONNX / fp32 torch on CPU, fp16 on CUDA."""
@@ -58,10 +86,19 @@ def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
             f"one backend runs on one device, not {options.device!r}: the server takes a list"
         )
     if options.backend == "torch":
+        from engine.backends.graph_buckets import plan_buckets
         from engine.backends.torch import TorchBackend
 
+        cuda = options.device.startswith("cuda")
+        graphs = options.cuda_graphs == "on" or (options.cuda_graphs == "auto" and cuda)
         return TorchBackend(
-            model_dir, device=options.device, precision=precision, threads=options.threads
+            model_dir,
+            device=options.device,
+            precision=precision,
+            threads=options.threads,
+            device_features=options.device_features == "on"
+            or (options.device_features == "auto" and cuda),
+            graphs=plan_buckets(options.graph_frames) if graphs else None,
         )
     from engine.backends.onnx import OnnxBackend, select_providers
 

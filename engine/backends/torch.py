@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
+from engine.backends.cuda_graphs import BucketedModel, Model, capture_or_eager
+from engine.backends.graph_buckets import Bucket, BucketPlan
 from engine.backends.host_staging import HostStaging, pack_padded
 from engine.backends.torch_precision import for_reduced_precision
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
-from engine.features.fbank import pad_batch
+from engine.features.device_fbank import DeviceFrontend
+from engine.features.fbank import Frontend, pad_batch
 from engine.model.directory import ModelDir
-from engine.model.network import load_ctc_argmax
+from engine.model.network import FEATURE_DIM, load_ctc_argmax
 from engine.model.prompts import prompt_arrays
 from engine.types import DecodeOptions
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: Captures (or stands in for) the graphs of a plan; `capture_or_eager` but in tests.
+Bucketing = Callable[[Model, BucketPlan, int, torch.dtype, torch.device], BucketedModel | None]
 
 
 def check_torch_device(device: str, precision: str) -> torch.device:
@@ -55,6 +60,9 @@ class TorchBackend:
     On CUDA the inputs are packed into one reused pinned buffer and copied over in one
     asynchronous transfer; the argmax is taken on the device, so only int32 ids come back,
     through a second pinned buffer. `stage_inputs` forces that path on (or off) anywhere.
+    `device_features` (default: on CUDA) takes raw audio (`run_audio`) and computes the
+    features on the device. `graphs` plans CUDA graphs for small batches; where they
+    cannot be captured (no CUDA) every batch runs eagerly.
     """
 
     def __init__(
@@ -65,6 +73,9 @@ class TorchBackend:
         precision: str = "fp32",
         threads: int | None = None,
         stage_inputs: bool | None = None,
+        device_features: bool | None = None,
+        graphs: BucketPlan | None = None,
+        bucketing: Bucketing = capture_or_eager,
     ) -> None:
         self._device = check_torch_device(device, precision)
         self._dtype = DTYPES[precision]
@@ -79,6 +90,18 @@ class TorchBackend:
         staged = cuda if stage_inputs is None else stage_inputs
         self._inputs = HostStaging(pin=cuda) if staged else None
         self._outputs = HostStaging(pin=cuda) if staged else None
+        on_device = cuda if device_features is None else device_features
+        self._frontend = (
+            DeviceFrontend(Frontend.from_model_dir(model_dir.path), self._device)
+            if on_device
+            else None
+        )
+        self._graphs: BucketedModel | None = None
+        if graphs is not None:
+            with torch.inference_mode(), self._on_device():
+                self._graphs = bucketing(
+                    self._model, graphs, FEATURE_DIM, self._dtype, self._device
+                )
 
     @property
     def name(self) -> str:
@@ -93,17 +116,69 @@ class TorchBackend:
         """The input staging buffer (None when inputs go over unstaged)."""
         return self._inputs
 
+    @property
+    def takes_audio(self) -> bool:
+        """True when `run_audio` computes the features on the device."""
+        return self._frontend is not None
+
+    @property
+    def graph_buckets(self) -> tuple[Bucket, ...]:
+        """The buckets small batches replay graphs of (empty: every batch runs eagerly)."""
+        return () if self._graphs is None else self._graphs.buckets
+
+    @property
+    def graphs(self) -> BucketedModel | None:
+        return self._graphs
+
+    @property
+    def graph_plan(self) -> BucketPlan | None:
+        return None if self._graphs is None else self._graphs.plan
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run every batch eagerly meanwhile (memory calibration measures eager peaks)."""
+        if self._graphs is None:
+            yield
+            return
+        self._graphs.enabled = False
+        try:
+            yield
+        finally:
+            self._graphs.enabled = True
+
     def run(
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         """Decode one padded batch; see `engine.backends.base.Backend.run`."""
+        return self._decode(feats, options, None)
+
+    def run_audio(
+        self, audios: Sequence[np.ndarray], options: Sequence[DecodeOptions]
+    ) -> list[np.ndarray]:
+        """Like `run`, from float32 audio whose features are computed on the device.
+
+        Each clip must be long enough for one frame (the recognizer checks it first).
+        """
+        if self._frontend is None:
+            raise RuntimeError(f"{self._label} computes no features; call run()")
+        return self._decode(audios, options, self._frontend)
+
+    def _decode(
+        self,
+        arrays: Sequence[np.ndarray],
+        options: Sequence[DecodeOptions],
+        frontend: DeviceFrontend | None,
+    ) -> list[np.ndarray]:
+        """Features (or audio, through `frontend`) to ids: uploaded, run, brought back."""
         language, textnorm = prompt_arrays(options)
         try:
             with torch.inference_mode(), self._on_device():
-                if self._inputs is None:
-                    ids, lens = self._run_direct(feats, language, textnorm)
-                else:
-                    ids, lens = self._run_staged(feats, language, textnorm)
+                speech, lengths, lang, norm = self._upload(arrays, language, textnorm)
+                if frontend is not None:
+                    speech, lengths = frontend(speech, [int(a.shape[0]) for a in arrays])
+                forward = self._graphs or self._model
+                # fp32 goes over the bus and is cast on the device, where it is nearly free.
+                ids, lens = self._download(*forward(speech.to(self._dtype), lengths, lang, norm))
         except torch.OutOfMemoryError as exc:
             if self._device.type == "cuda":
                 # The failed batch's blocks stay cached and fragmented; the scheduler retries
@@ -111,49 +186,55 @@ class TorchBackend:
                 torch.cuda.empty_cache()
             raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
         # Copies: the staged arrays are views of a buffer the next batch overwrites.
-        return [ids[i, : int(lens[i])].copy() for i in range(len(feats))]
+        return [ids[i, : int(lens[i])].copy() for i in range(len(arrays))]
 
-    def _run_direct(
-        self, feats: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        padded, lengths = pad_batch(feats)
-        inputs = [torch.from_numpy(a).to(self._device) for a in (lengths, language, textnorm)]
-        speech = torch.from_numpy(padded).to(self._device).to(self._dtype)
-        ids, out_lens = self._model(speech, *inputs)
-        return ids.cpu().numpy(), out_lens.cpu().numpy()
+    def _upload(
+        self, arrays: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """float32 arrays ([T_i] audio or [T_i, D] features) zero-padded, their lengths and
+        the prompts on the device: in one asynchronous copy when staged."""
+        lengths = np.array([a.shape[0] for a in arrays], dtype=np.int32)
+        if self._inputs is None:
+            padded = pad_batch(arrays)[0] if arrays[0].ndim == 2 else _pad_audio(arrays)
+            device = self._device
+            return (
+                torch.from_numpy(padded).to(device),
+                torch.from_numpy(lengths).to(device),
+                torch.from_numpy(language).to(device),
+                torch.from_numpy(textnorm).to(device),
+            )
+        shape = (len(arrays), int(lengths.max()), *arrays[0].shape[1:])
+        vector = ((len(arrays),), np.dtype(np.int32))
+        host = self._inputs.reserve([(shape, np.dtype(np.float32)), vector, vector, vector])
+        pack_padded(host[0], arrays)
+        for slot, values in zip(host[1:], (lengths, language, textnorm), strict=True):
+            slot.numpy()[:] = values
+        speech, lens, lang, norm = self._inputs.upload(self._device)
+        return speech, lens, lang, norm
 
-    def _run_staged(
-        self, feats: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if self._inputs is None or self._outputs is None:
-            raise RuntimeError("staging buffers were not set up")
-        batch, frames, dim = len(feats), max(f.shape[0] for f in feats), feats[0].shape[1]
+    def _download(self, ids: torch.Tensor, lens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """The int32 outputs on the host (through the pinned buffer when staged)."""
+        if self._outputs is None:
+            return ids.cpu().numpy(), lens.cpu().numpy()
         i32 = np.dtype(np.int32)
-        vector = ((batch,), i32)
-        host = self._inputs.reserve(
-            [((batch, frames, dim), np.dtype(np.float32)), vector, vector, vector]
-        )
-        pack_padded(host[0], feats)
-        host[1].numpy()[:] = [f.shape[0] for f in feats]
-        host[2].numpy()[:] = language
-        host[3].numpy()[:] = textnorm
-        speech, lengths, lang, norm = self._inputs.upload(self._device)
-        # fp32 goes over the bus and is cast on the device, where it is nearly free.
-        ids, out_lens = self._model(speech.to(self._dtype), lengths, lang, norm)
-        back = self._outputs.reserve([(tuple(ids.shape), i32), (tuple(out_lens.shape), i32)])
+        back = self._outputs.reserve([(tuple(ids.shape), i32), (tuple(lens.shape), i32)])
         pinned = self._outputs.pinned
         back[0].copy_(ids, non_blocking=pinned)
-        back[1].copy_(out_lens, non_blocking=pinned)
-        self._synchronize()
-        return back[0].numpy(), back[1].numpy()
-
-    def _synchronize(self) -> None:
+        back[1].copy_(lens, non_blocking=pinned)
         # Non-blocking copies into pinned memory are only complete once the stream is.
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
+        return back[0].numpy(), back[1].numpy()
 
     def _on_device(self) -> contextlib.AbstractContextManager[object]:
         """Make this backend's GPU current, so streams and allocations land on it."""
         if self._device.type != "cuda":
             return contextlib.nullcontext()
         return torch.cuda.device(self._device)
+
+
+def _pad_audio(audios: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.zeros((len(audios), max(a.shape[0] for a in audios)), dtype=np.float32)
+    for i, audio in enumerate(audios):
+        out[i, : audio.shape[0]] = audio
+    return out

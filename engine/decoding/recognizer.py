@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import Backend
+from engine.backends.base import AudioBackend, Backend
 from engine.decoding.transcript import decode_transcript
 from engine.errors import EngineError
 from engine.features.fbank import Frontend
@@ -19,11 +19,14 @@ from engine.types import SAMPLE_RATE, DecodeOptions, Transcript
 
 @dataclass(frozen=True)
 class Utterance:
-    """Features of one utterance, ready for a batch."""
+    """One utterance ready for a batch: its features, or its checked audio when the
+    backend computes features on its device."""
 
-    feats: np.ndarray
+    feats: np.ndarray | None
     options: DecodeOptions
     duration_ms: int
+    frames: int  # feature frames, whichever of the two is held
+    audio: np.ndarray | None = None
 
 
 class Recognizer:
@@ -35,15 +38,35 @@ class Recognizer:
         self.frontend = Frontend.from_model_dir(model_dir.path)
         self.tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
         self.tags = TagTable.from_tokenizer(self.tokenizer)
+        self._audio_backend = (
+            backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
+        )
+
+    @property
+    def features_on_device(self) -> bool:
+        """True when the backend computes features and `prepare` only checks the audio."""
+        return self._audio_backend is not None
 
     def prepare(self, audio: np.ndarray, options: DecodeOptions) -> Utterance:
-        """Compute features; raises AudioError for audio the model cannot take."""
+        """Compute features (or check the audio for a backend that computes them); raises
+        AudioError for audio the model cannot take."""
+        duration_ms = len(audio) * 1000 // SAMPLE_RATE
+        if self._audio_backend is not None:
+            self.frontend.check_audio(audio)
+            frames = self.frontend.num_frames(audio.shape[0])
+            return Utterance(None, options, duration_ms, frames, audio)
         feats = self.frontend.features(audio)
-        return Utterance(feats, options, len(audio) * 1000 // SAMPLE_RATE)
+        return Utterance(feats, options, duration_ms, feats.shape[0])
+
+    def features_of(self, utterance: Utterance) -> np.ndarray:
+        """An utterance's features, computed on the CPU if it holds only its audio."""
+        if utterance.feats is not None:
+            return utterance.feats
+        return self.frontend.features(_held(utterance.audio))
 
     def decode(self, batch: Sequence[Utterance]) -> list[Transcript]:
         """Run one batch through the backend and decode every item."""
-        frame_ids = self.backend.run([u.feats for u in batch], [u.options for u in batch])
+        frame_ids = self._run(batch)
         return [
             decode_transcript(ids, self.tokenizer, self.tags, u.duration_ms, u.options.itn)
             for ids, u in zip(frame_ids, batch, strict=True)
@@ -63,7 +86,7 @@ class Recognizer:
             except EngineError as exc:
                 results[i] = exc
         # Sorting by length keeps padding small; results go back in input order.
-        ready.sort(key=lambda item: item[1].feats.shape[0])
+        ready.sort(key=lambda item: item[1].frames)
         for start in range(0, len(ready), batch_size):
             chunk = ready[start : start + batch_size]
             try:
@@ -73,3 +96,15 @@ class Recognizer:
             for (i, _), result in zip(chunk, decoded, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]
+
+    def _run(self, batch: Sequence[Utterance]) -> list[np.ndarray]:
+        options = [u.options for u in batch]
+        if self._audio_backend is not None:
+            return self._audio_backend.run_audio([_held(u.audio) for u in batch], options)
+        return self.backend.run([_held(u.feats) for u in batch], options)
+
+
+def _held(array: np.ndarray | None) -> np.ndarray:
+    if array is None:
+        raise ValueError("this utterance was prepared for another recognizer")
+    return array

@@ -22,7 +22,10 @@ IntArray = npt.NDArray[np.int32]
 WINDOW_TYPES = frozenset({"hamming", "hanning", "povey", "rectangular", "blackman"})
 
 #: funasr scales [-1, 1] float audio to the int16 range before fbank (`upsacle_samples`).
-_INT16_SCALE = np.float32(1 << 15)
+INT16_SCALE = np.float32(1 << 15)
+#: Kaldi's (and torchaudio's) defaults that funasr relies on; both frontends use them.
+PREEMPH_COEFF = 0.97
+LOW_FREQ_HZ = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,14 +231,14 @@ class Frontend:
 
     def features(self, audio: npt.NDArray[Any]) -> FloatArray:
         """Features [T_lfr, n_mels * lfr_m] for float32 mono audio at the configured rate."""
-        self._check_audio(audio)
+        self.check_audio(audio)
         fbank = self._fbank(audio)
         lfr = apply_lfr(fbank, self.config.lfr_m, self.config.lfr_n)
         lfr += self.cmvn.shift
         lfr *= self.cmvn.scale
         return lfr
 
-    def _check_audio(self, audio: npt.NDArray[Any]) -> None:
+    def check_audio(self, audio: npt.NDArray[Any]) -> None:
         """Raise AudioError for anything `features` cannot turn into frames."""
         if not isinstance(audio, np.ndarray):
             raise AudioError(f"audio must be a numpy array; got {type(audio).__name__}")
@@ -257,7 +260,7 @@ class Frontend:
 
     def _fbank(self, audio: FloatArray) -> FloatArray:
         """Log-mel fbank [T, n_mels] from kaldi-native-fbank."""
-        scaled = np.ascontiguousarray(audio * _INT16_SCALE, dtype=np.float32)
+        scaled = np.ascontiguousarray(audio * INT16_SCALE, dtype=np.float32)
         fbank = knf.OnlineFbank(self._opts)
         # A memoryview (`.data`) converts to knf's C++ vector about twice as fast as the
         # ndarray itself, which the binding walks element by element as numpy scalars.
@@ -282,11 +285,11 @@ def _fbank_options(config: FrontendConfig) -> Any:
     frame.snip_edges = True
     # torchaudio / Kaldi defaults that funasr relies on; set explicitly so a knf default
     # change cannot alter the features silently.
-    frame.preemph_coeff = 0.97
+    frame.preemph_coeff = PREEMPH_COEFF
     frame.remove_dc_offset = True
     frame.round_to_power_of_two = True
     opts.mel_opts.num_bins = config.n_mels
-    opts.mel_opts.low_freq = 20.0
+    opts.mel_opts.low_freq = LOW_FREQ_HZ
     opts.mel_opts.high_freq = 0.0
     opts.energy_floor = 0.0
     opts.use_energy = False

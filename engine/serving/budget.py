@@ -7,11 +7,14 @@ vLLM's block manager: `allocate` returns None when a batch does not fit.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.model.prompts import PROMPT_FRAMES
 
 GIB = 1 << 30
+#: (batch, frames) -> the (batch, frames) a batch really runs at, e.g. its CUDA graph bucket.
+Shape = Callable[[int, int], tuple[int, int]]
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -46,10 +49,14 @@ class CostModel:
     warm-up calibrates against measured peaks and out-of-memory errors raise.
     """
 
-    def __init__(self, arch: Architecture, scale: float = 1.0, overhead: int = 0) -> None:
+    def __init__(
+        self, arch: Architecture, scale: float = 1.0, overhead: int = 0, shape: Shape | None = None
+    ) -> None:
         self.arch = arch
         self.scale = scale
         self.overhead = overhead
+        # A batch that runs padded (to a CUDA graph's bucket) is priced at what it runs.
+        self.shape = shape
 
     def raw_bytes(self, batch: int, frames: int) -> int:
         """The architecture's estimate, before calibration."""
@@ -65,6 +72,8 @@ class CostModel:
         return batch * (t * per_frame + attention) * a.dtype_bytes
 
     def bytes(self, batch: int, frames: int) -> int:
+        if self.shape is not None:
+            batch, frames = self.shape(batch, frames)
         return int(self.raw_bytes(batch, frames) * self.scale) + self.overhead
 
     def calibrate(self, measured: list[tuple[int, int, int]]) -> None:

@@ -7,6 +7,7 @@ measured once, on the first, since every device runs the same model at the same 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
@@ -19,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from engine.backends.base import Backend
+from engine.backends.graph_buckets import Bucketed, BucketPlan
 from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.recognizer import Recognizer, Utterance
+from engine.features.fbank import Frontend
 from engine.model.directory import DEFAULT_MODEL_ID, ONNX_NAMES, ModelDir, resolve_model
 from engine.serving.budget import GIB, Architecture, CostModel, MemoryBudget
 from engine.serving.device_memory import (  # re-exported: scripts read peaks through the builder
@@ -108,6 +111,8 @@ class DeviceReport:
     backend: str
     memory_budget: int
     free_bytes: int | None
+    features_on_device: bool = False
+    graph_buckets: int = 0  # CUDA graphs captured (0: every batch runs eagerly)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +120,8 @@ class DeviceReport:
             "backend": self.backend,
             "memory_budget": self.memory_budget,
             "free_bytes_after_load": self.free_bytes,
+            "features_on_device": self.features_on_device,
+            "graph_buckets": self.graph_buckets,
         }
 
 
@@ -205,9 +212,11 @@ def build_engine_parts(
         # Kernel selection and library handles are per device: pay for them before serving.
         time_batch(other.recognizer, 1, config.autotune_seconds, repeats=1)
     max_batch, curve = tuning.max_batch, tuning.curve
+    plan = graph_plan(first.recognizer.backend)
     cost = CostModel(
         architecture_of(dict(model_dir.config), config.backend.resolved_precision()),
         scale=tuning.cost_scale,
+        shape=None if plan is None else plan.padded,
     )
     scheduler = Scheduler(
         SchedulerConfig(
@@ -231,13 +240,27 @@ def build_engine_parts(
         batch_curve=curve,
         memory_budget=first.budget.total,
         cost_scale=cost.scale,
-        devices=tuple(
-            DeviceReport(d.name, d.recognizer.backend.name, d.budget.total, d.free_bytes)
-            for d in devices
-        ),
+        devices=tuple(_device_report(d) for d in devices),
         feature_threads=feature_threads(config, os.cpu_count() or 1),
     )
     return EngineParts(tuple(d.recognizer for d in devices), scheduler, report)
+
+
+def _device_report(device: _Device) -> DeviceReport:
+    plan = graph_plan(device.recognizer.backend)
+    return DeviceReport(
+        device.name,
+        device.recognizer.backend.name,
+        device.budget.total,
+        device.free_bytes,
+        features_on_device=device.recognizer.features_on_device,
+        graph_buckets=0 if plan is None else len(plan.buckets),
+    )
+
+
+def graph_plan(backend: Backend) -> BucketPlan | None:
+    """The CUDA graph buckets a backend replays, if any."""
+    return backend.graph_plan if isinstance(backend, Bucketed) else None
 
 
 def _tune(config: EngineConfig, model_dir: ModelDir, first: _Device, smallest: int) -> Tuning:
@@ -312,7 +335,11 @@ def _open_device(
 ) -> _Device:
     """Load the weights on one device, then read what memory is left for activations."""
     cache = config.tuning_cache if not name.startswith("cuda") else None
-    options = replace(config.backend, device=name, graph_cache=cache)
+    # CUDA graphs cover utterances up to the longest VAD segment; longer ones run eagerly.
+    longest = Frontend.from_model_dir(model_dir.path).num_frames(
+        config.max_segment_ms * SAMPLE_RATE // 1000
+    )
+    options = replace(config.backend, device=name, graph_cache=cache, graph_frames=max(1, longest))
     recognizer = Recognizer(model_dir, open_backend(model_dir, options))
     memory = memory_of(name, options.backend)
     if config.memory_budget is not None:
@@ -347,7 +374,11 @@ def calibrated_cost(
     cost = CostModel(architecture_of(dict(recognizer.model_dir.config), precision))
     max_samples = config.max_segment_ms * SAMPLE_RATE // 1000
     batches = config.calibration_batches or ((1, 8) if config.on_gpu else (1,))
-    cost.calibrate([measure_peak(recognizer, b, max_samples, memory) for b in batches])
+    backend = recognizer.backend
+    # Graph batches run in memory captured at start-up: only eager peaks say what a batch
+    # costs.
+    with backend.eager() if isinstance(backend, Bucketed) else contextlib.nullcontext():
+        cost.calibrate([measure_peak(recognizer, b, max_samples, memory) for b in batches])
     return cost
 
 

@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.registry import BACKENDS, PRECISIONS, BackendOptions, create_backend
+from engine.backends.graph_buckets import Bucketed
+from engine.backends.registry import (
+    BACKENDS,
+    PRECISIONS,
+    SWITCHES,
+    BackendOptions,
+    create_backend,
+)
 from engine.decoding.recognizer import Recognizer, Utterance
 from engine.errors import BackendOutOfMemoryError
 from engine.model.directory import resolve_model
@@ -40,9 +47,11 @@ from tools.bench.common.output import machine, write_json
 from tools.bench.common.speech import PASSAGE, stand_in_noise
 from tools.speech import missing_tools, speak
 
-# Goals for the full-size model in fp16 on one H200 (issue 9).
+# Goals for the full-size model in fp16 on one H200 (issues 9 and 37).
 TARGET_BATCH1_10S_MS = 15.0
+TARGET_BATCH1_10S_END_TO_END_MS = 25.0
 TARGET_AUDIO_S_PER_S = 3000.0
+TARGET_END_TO_END_AUDIO_S_PER_S = 5000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +97,11 @@ def prepare(device: Device, clips: Sequence[np.ndarray]) -> list[Utterance]:
 
 def time_model(device: Device, utts: Sequence[Utterance], repeats: int) -> tuple[float, int]:
     """Median seconds of the backend alone, and its activation peak on the device."""
-    backend = device.recognizer.backend
-    feats = [u.feats for u in utts]
+    recognizer = device.recognizer
+    backend = recognizer.backend
+    # The model alone: features from the CPU frontend even where the backend would
+    # compute them itself (that is in the end-to-end time).
+    feats = [recognizer.features_of(u) for u in utts]
     options = [u.options for u in utts]
     device.memory.start_peak()
     times = []
@@ -155,15 +167,26 @@ def warm_up(device: Device, source: np.ndarray, runs: int = 3) -> None:
 def targets(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The GPU goals, read off the cases (None where a case that measures it is missing)."""
     ok = [c for c in cases if "error" not in c]
-    one = [c["model_ms"] for c in ok if c["batch"] == 1 and c["seconds"] == 10]
+    one = [c for c in ok if c["batch"] == 1 and c["seconds"] == 10]
     best = max(ok, key=lambda c: c["model_audio_s_per_s"], default=None)
-    batch1 = one[0] if one else None
+    batch1 = one[0]["model_ms"] if one else None
+    batch1_wall = round(one[0]["wall_s"] * 1000, 3) if one else None
+    end_to_end = max((c["audio_s_per_s"] for c in ok), default=None)
     return {
         "batch1_10s_model_ms": batch1,
         "batch1_10s_target_ms": TARGET_BATCH1_10S_MS,
         "batch1_10s_met": None if batch1 is None else batch1 <= TARGET_BATCH1_10S_MS,
+        "batch1_10s_end_to_end_ms": batch1_wall,
+        "batch1_10s_end_to_end_target_ms": TARGET_BATCH1_10S_END_TO_END_MS,
+        "batch1_10s_end_to_end_met": None
+        if batch1_wall is None
+        else batch1_wall <= TARGET_BATCH1_10S_END_TO_END_MS,
         "best_model_audio_s_per_s": best and best["model_audio_s_per_s"],
-        "best_end_to_end_audio_s_per_s": max((c["audio_s_per_s"] for c in ok), default=None),
+        "best_end_to_end_audio_s_per_s": end_to_end,
+        "end_to_end_target_audio_s_per_s": TARGET_END_TO_END_AUDIO_S_PER_S,
+        "end_to_end_met": None
+        if end_to_end is None
+        else end_to_end >= TARGET_END_TO_END_AUDIO_S_PER_S,
         "best_batch": best and best["batch"],
         "audio_s_per_s_target": TARGET_AUDIO_S_PER_S,
         "audio_s_per_s_met": None
@@ -191,6 +214,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget-fraction", type=float, default=0.8)
     parser.add_argument("--feature-threads", type=int, default=1, help="parallel features")
+    parser.add_argument("--device-features", choices=SWITCHES, default="auto")
+    parser.add_argument("--cuda-graphs", choices=SWITCHES, default="auto")
     add_json(parser, required=True)
     return parser.parse_args(argv)
 
@@ -198,7 +223,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def open_device(args: argparse.Namespace) -> tuple[Device, float]:
     """Load, read free memory after the weights, calibrate: as the server's builder does."""
     model_dir = resolve_model(args.model)
-    options = BackendOptions(args.backend, args.precision, args.device, args.threads)
+    options = BackendOptions(
+        args.backend,
+        args.precision,
+        args.device,
+        args.threads,
+        device_features=args.device_features,
+        cuda_graphs=args.cuda_graphs,
+    )
     started = time.perf_counter()
     recognizer = Recognizer(model_dir, create_backend(model_dir, options))
     load_s = time.perf_counter() - started
@@ -234,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": args.device,
         "threads": args.threads,
         "feature_threads": args.feature_threads,
+        "features_on_device": recognizer.features_on_device,
+        "graph_buckets": _graph_buckets(recognizer),
         "load_s": round(load_s, 2),
         "audio": source_kind,
         "memory_budget_bytes": device.budget,
@@ -253,3 +287,9 @@ def _gpu_name(device: str) -> str | None:
     import torch
 
     return str(torch.cuda.get_device_name(torch.device(device)))
+
+
+def _graph_buckets(recognizer: Recognizer) -> int:
+    backend = recognizer.backend
+    plan = backend.graph_plan if isinstance(backend, Bucketed) else None
+    return 0 if plan is None else len(plan.buckets)

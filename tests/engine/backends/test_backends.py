@@ -132,3 +132,13 @@ def test_create_backend_defaults_to_onnx_int8_on_cpu(model_dir: ModelDir) -> Non
     assert backend.name == "onnx-int8-cpu"
     torch_backend = create_backend(model_dir, BackendOptions(backend="torch"))
     assert torch_backend.name == "torch-fp32-cpu"
+
+
+def test_auto_is_onnx_on_the_cpu_and_torch_on_cuda() -> None:
+    # torch is the GPU path measured end to end (device features, CUDA graphs).
+    assert BackendOptions().backend == "onnx"
+    assert BackendOptions(device="cuda").backend == "torch"
+    assert BackendOptions(device="cuda:0,cuda:1").backend == "torch"
+    assert BackendOptions("onnx", device="cuda").backend == "onnx"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        BackendOptions("tensorflow")

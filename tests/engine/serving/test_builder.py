@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.backends.cuda_graphs import eager_buckets
+from engine.backends.graph_buckets import plan_buckets
 from engine.backends.registry import BackendOptions
+from engine.backends.torch import TorchBackend
 from engine.decoding.recognizer import Recognizer
 from engine.errors import EngineError
-from engine.model.directory import load_model_dir
+from engine.model.directory import ModelDir, load_model_dir
 from engine.model.prompts import PROMPT_FRAMES
 from engine.serving.builder import EngineConfig, build_engine_parts, choose_max_batch
 from engine.types import DecodeOptions
@@ -161,3 +164,36 @@ def test_too_small_budget_refuses_to_start(tiny_model_dir: Path) -> None:
     )
     with pytest.raises(EngineError, match="memory-budget"):
         build_engine_parts(config)
+
+
+def test_graph_buckets_reach_the_cost_model_and_calibration_runs_eagerly(
+    tiny_model_dir: Path,
+) -> None:
+    built: list[TorchBackend] = []
+
+    def open_backend(model_dir: ModelDir, options: BackendOptions) -> TorchBackend:
+        plan = plan_buckets(options.graph_frames, (1, 2))
+        backend = TorchBackend(
+            model_dir, threads=1, device_features=True, graphs=plan, bucketing=eager_buckets
+        )
+        built.append(backend)
+        return backend
+
+    config = EngineConfig(
+        model=str(tiny_model_dir),
+        backend=BackendOptions("torch", "fp32"),
+        max_batch=2,
+        max_segment_ms=3000,
+    )
+    parts = build_engine_parts(config, open_backend=open_backend)
+    (backend,) = built
+    plan, graphs = backend.graph_plan, backend.graphs
+    assert plan is not None and graphs is not None
+    # The longest bucket holds the longest VAD segment: 3 s is 50 feature frames.
+    assert plan.lengths[-1] == 56
+    assert parts.scheduler.cost.shape is not None
+    assert parts.scheduler.cost.shape(2, 20) == plan.padded(2, 20) == (2, 24)
+    (device,) = parts.report.devices
+    assert device.features_on_device and device.graph_buckets == len(plan.buckets)
+    # Calibration measured eager peaks: no batch replayed a bucket during the build.
+    assert graphs.stats.eager >= 1 and graphs.stats.replayed == 0
