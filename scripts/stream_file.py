@@ -3,6 +3,7 @@
 Examples:
     python scripts/stream_file.py talk.wav --url ws://127.0.0.1:8765/ws
     python scripts/stream_file.py calls/*.wav --speed 0 --format srt --out subs/ --concurrency 8
+    python scripts/stream_file.py call.wav --multichannel --channel-labels agent,customer
 
 stdout carries only the chosen --format; every diagnostic goes to stderr. An input's
 captions are written (to stdout or --out) only when its stream ended with `end` and no

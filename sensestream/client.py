@@ -3,7 +3,9 @@
 `converse` is the core every caller shares (the benchmark, the soak, stream_file.py and
 the tests); `run_session` is its short form for raw s16le bytes. A session that cannot
 run (a refused handshake, a bad URL, no server, no `end` in time) raises a `ClientError`
-with a stable code; what the server said before that stays in the `Outcome`.
+with a stable code; what the server said before that stays in the `Outcome`. A server that
+answers in FunASR's or OpenAI's protocol (the URL names another of its paths) ends the
+session at its first such message with a `WrongEndpointError` naming the `/ws` URL.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import json
 import ssl
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +39,9 @@ OPEN_TIMEOUT_S = 10.0
 MAX_MESSAGE_BYTES = 1 << 22
 REFUSALS = {401: "unauthorized", 403: "forbidden", 503: "unavailable"}
 STOP = json.dumps({"type": "stop"})
+V1_PATH = "/ws"
+FUNASR = "FunASR's protocol"
+OPENAI_REALTIME = "OpenAI's Realtime protocol"
 
 Event = dict[str, Any]
 
@@ -56,6 +62,20 @@ class RefusedError(ClientError):
         super().__init__(code, f"server refused the connection: {status} {reason}")
         self.status = status
         self.reason = reason
+
+    @property
+    def about_key(self) -> bool:
+        """Whether the refusal is about the API key (a 401, or a 403 whose reason names a key)."""
+        return self.status == 401 or (self.status == 403 and "key" in self.reason.lower())
+
+
+class WrongEndpointError(ClientError):
+    """The server answered in another protocol it speaks: the URL names the wrong path."""
+
+    def __init__(self, protocol: str, url: str) -> None:
+        self.protocol = protocol
+        self.suggested_url = v1_url(url)
+        super().__init__("wrong_endpoint", f"this URL speaks {protocol}: use {self.suggested_url}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +179,31 @@ def client_error(exc: BaseException, open_timeout_s: float = OPEN_TIMEOUT_S) -> 
     return ClientError("websocket", str(exc) or type(exc).__name__)
 
 
+def v1_url(url: str) -> str:
+    """`url` with the v1 path: same scheme, host and port, and no query (it may hold a key)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, V1_PATH, "", ""))
+
+
+def foreign_protocol(message: object) -> str | None:
+    """Which other protocol a decoded server message is in (FunASR's, OpenAI's Realtime), if any.
+
+    Every v1 event carries `v`; neither of the others does. FunASR's results have `mode` and
+    `is_final`/`wav_name` but no `type`; OpenAI's events have dotted types
+    (`session.created`), an `event_id`, or an `error` that is an object.
+    """
+    if not isinstance(message, dict) or "v" in message:
+        return None
+    kind = message.get("type")
+    if kind is None and "mode" in message and ("is_final" in message or "wav_name" in message):
+        return FUNASR
+    if isinstance(kind, str) and (
+        "." in kind or "event_id" in message or isinstance(message.get("error"), dict)
+    ):
+        return OPENAI_REALTIME
+    return None
+
+
 def check_url(url: str) -> None:
     """Raise ClientError("bad_url") for anything but a ws:// or wss:// URL."""
     try:
@@ -190,7 +235,7 @@ async def converse(
             ping_interval=20 if options.keepalive else None,
             ssl=options.ssl_context,
         ) as ws:
-            await _exchange(ws, frames, options, seen, on_event)
+            await _exchange(ws, url, frames, options, seen, on_event=on_event)
     except (WebSocketException, OSError, TimeoutError) as exc:
         raise client_error(exc, options.open_timeout_s) from exc
     return seen
@@ -198,28 +243,46 @@ async def converse(
 
 async def _exchange(
     ws: ClientConnection,
+    url: str,
     frames: Sequence[bytes],
     options: SessionOptions,
     outcome: Outcome,
+    *,
     on_event: Callable[[Event], None] | None,
 ) -> None:
     # Reading starts first: a server that refuses the session (server_full) sends its
     # error and closes at once, maybe before our `start` has gone out.
-    receiver = asyncio.create_task(_receive(ws, outcome, on_event))
+    receiver = asyncio.create_task(_receive(ws, url, outcome, on_event))
+    sender = asyncio.create_task(_send_all(ws, frames, options, outcome))
     try:
-        try:
-            if options.start is not None:
-                await ws.send(json.dumps(dict(options.start)))
-            await _send(ws, frames, options, outcome)
-        except ConnectionClosed:
-            pass  # the server closed first; the receiver has its last word and the code
+        # Sending stops as soon as reading fails: a server of another protocol is no use.
+        done, _ = await asyncio.wait((receiver, sender), return_when=asyncio.FIRST_COMPLETED)
+        if receiver in done:
+            receiver.result()  # raises what ended the reading, if anything did
+        await sender
         await asyncio.wait_for(asyncio.shield(receiver), options.drain_timeout_s)
     except TimeoutError:
         after = options.drain_timeout_s
         raise ClientError("timeout", f"no close within {after:g} s of the audio's end") from None
+    except WrongEndpointError:
+        # No closing handshake: such a server may leave it unread behind the audio sent.
+        ws.transport.abort()
+        raise
     finally:
         receiver.cancel()
+        sender.cancel()
         outcome.close_code = ws.close_code
+
+
+async def _send_all(
+    ws: ClientConnection, frames: Sequence[bytes], options: SessionOptions, outcome: Outcome
+) -> None:
+    try:
+        if options.start is not None:
+            await ws.send(json.dumps(dict(options.start)))
+        await _send(ws, frames, options, outcome)
+    except ConnectionClosed:
+        pass  # the server closed first; the receiver has its last word and the code
 
 
 async def _send(
@@ -242,12 +305,12 @@ async def _send(
 
 
 async def _receive(
-    ws: ClientConnection, outcome: Outcome, on_event: Callable[[Event], None] | None
+    ws: ClientConnection, url: str, outcome: Outcome, on_event: Callable[[Event], None] | None
 ) -> None:
     try:
         async for message in ws:
             now = time.monotonic()
-            event = _parse(message)
+            event = _parse(message, url)
             if event is None:
                 outcome.malformed.append(str(message)[:80])
                 continue
@@ -259,11 +322,15 @@ async def _receive(
         pass  # an error close is still the end of the session; its code is kept
 
 
-def _parse(message: str | bytes) -> Event | None:
+def _parse(message: str | bytes, url: str) -> Event | None:
+    """A v1 event, or None; raises WrongEndpointError for another protocol's message."""
     try:
         event = json.loads(message)
     except ValueError:
         return None
+    protocol = foreign_protocol(event)
+    if protocol is not None:
+        raise WrongEndpointError(protocol, url)
     return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None
 
 

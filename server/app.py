@@ -36,7 +36,7 @@ from server.http.auth import load_keys, origin_allowed, presented_token
 from server.http.client_address import client_host
 from server.http.listener import QuietServer, asgi_server, bind, bound_port, stop
 from server.http.responses import json_response, response, static_file, text_response, unauthorized
-from server.http.routes import WebSocketRoute, websocket_routes
+from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
 from server.http.tables import main_app, ops_app
 from server.http.tenants import ANONYMOUS, Claim, Tenant, followed_key
 from server.live.connection import Connection
@@ -530,7 +530,7 @@ class App:
         """One streaming client on `route`: admit, accept, run its session, clean up."""
         admitted = self._admit(websocket, route)
         if isinstance(admitted, Response):
-            await websocket.send_denial_response(admitted)
+            await self._refuse(websocket, admitted)
             return
         codec, claim = admitted
         await websocket.accept(
@@ -544,12 +544,34 @@ class App:
             self.metrics.protocol_error(over.code)
             for frame in codec.encode(ErrorEvent(over.code, over.message)):
                 await port.send(frame)
-            await port.close(over.close_code, "try again later")
+            await port.close(over.close_code, over.code)
             return
         try:
             await self._run_session(port, codec, route, claim)
         finally:
             self.host.release(lease)
+
+    async def unknown_websocket(self, websocket: WebSocket) -> None:
+        """An upgrade at a path that streams nothing: 404, naming the paths that do."""
+        paths = streaming_paths(self.routes)
+        text = f"no streaming endpoint at {shown_path(websocket)}; streaming paths: {paths}\n"
+        await self._refuse(websocket, text_response(404, text))
+
+    async def _refuse(self, websocket: WebSocket, refusal: Response) -> None:
+        """Answer an upgrade with `refusal`: every refused handshake leaves here, logged.
+
+        Browsers hide a refused handshake's status and body from the page, so the server's
+        log is where an operator sees why a client could not connect.
+        """
+        reason = bytes(refusal.body).decode(errors="replace").partition("\n")[0]
+        log.info(
+            "refused WebSocket %s from %s: %d %s",
+            shown_path(websocket),
+            client_host(websocket),
+            refusal.status_code,
+            reason,
+        )
+        await websocket.send_denial_response(refusal)
 
     def _served_by(self) -> list[tuple[bytes, bytes]]:
         """The upgrade's header naming the worker that serves it (tests pin on it)."""
@@ -661,7 +683,7 @@ class App:
         """WS /v1/streams/{id}/events: a live stream's events, from now, after its finals."""
         sub = await self._subscription(websocket)
         if isinstance(sub, Response):
-            await websocket.send_denial_response(sub)
+            await self._refuse(websocket, sub)
             return
         try:
             await websocket.accept(headers=self._served_by())
@@ -728,6 +750,17 @@ SUBPROTOCOLS = ("binary", "realtime")
 
 def choose_subprotocol(offered: list[str]) -> str | None:
     return next((name for name in SUBPROTOCOLS if name in offered), None)
+
+
+#: How much of a request's path a refusal repeats (its body and its log line).
+SHOWN_PATH_CHARS = 200
+
+
+def shown_path(conn: HTTPConnection) -> str:
+    """The request's path, cut short and escaped where it is not printable (a %0A in it
+    must not start a forged log line)."""
+    path = conn.url.path[:SHOWN_PATH_CHARS]
+    return path if path.isprintable() else path.encode("unicode_escape").decode("ascii")
 
 
 #: The /stats counts that add up across a host's workers.

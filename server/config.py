@@ -26,6 +26,7 @@ from engine.serving.budget import parse_size
 from engine.serving.builder import EngineConfig
 from engine.serving.devices import parse_devices
 from engine.serving.scheduler import SchedulerConfig
+from server import config_help
 from server.engines.url import parse_engine_url
 from server.http.auth import OriginPolicy
 from server.http.client_address import TrustedProxies
@@ -418,21 +419,50 @@ ALIASES: Mapping[str, tuple[str, ...]] = {"engine_url": ("--engine",)}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: one flag per option field, grouped by section, each with its help."""
     # No abbreviations: a misspelt option that is a prefix of a real one (`--max-bat`)
-    # must be refused, not silently taken for it.
+    # must be refused, not silently taken for it. The usage line stays short: listing all
+    # ~60 options there would bury the description.
     parser = argparse.ArgumentParser(
         prog="python -m server",
-        description="SenseStream real-time speech recognition server",
+        usage="%(prog)s [-h] [--config FILE] [--OPTION VALUE | --[no-]FLAG]...",
+        description=config_help.DESCRIPTION,
+        epilog=config_help.EPILOG,
+        formatter_class=config_help.HelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("--config", type=Path, help="TOML file with any of the options below")
+    parser.add_argument("--config", type=Path, metavar="FILE", help=config_help.CONFIG_HELP)
+    groups = {
+        section: parser.add_argument_group(section, description)
+        for section, description in config_help.SECTIONS.items()
+    }
+    owners = option_owners()
     for name, f in option_fields().items():
+        group = groups[owners[name] or "server"]
         flags = ["--" + name.replace("_", "-"), *ALIASES.get(name, ())]
+        text = _help(name, f)
         if f.type in ("bool", bool, "bool | None"):
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None)
+            group.add_argument(
+                *flags, action=argparse.BooleanOptionalAction, default=None, help=text
+            )
         else:
-            parser.add_argument(*flags, dest=name, default=None, help=f"default: {_default(f)}")
+            metavar = "N" if str(f.type).startswith(("int", "float")) else None
+            group.add_argument(*flags, dest=name, default=None, metavar=metavar, help=text)
     return parser
+
+
+def _help(name: str, f: dataclasses.Field[Any]) -> str:
+    """An option's --help text: its meaning and values, then the field's default."""
+    text = config_help.HELP.get(name, "")
+    default = _default(f)
+    if str(f.type).startswith("bool"):
+        text += " (default: " + {True: "on", False: "off", None: "auto"}[default] + ")"
+    elif default is not None:
+        text += f" (default: {default})"
+    elif "unset" not in text:  # else the text already says what unset means
+        text += " (default: unset)"
+    # argparse %-formats help text: a literal % must be doubled.
+    return text.replace("%", "%%")
 
 
 def load_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ServerConfig:

@@ -156,11 +156,31 @@ class RayTransport:
             raise ReplicaLostError(replica or "(discovery)", type(exc).__name__) from exc
 
 
+class OffMainThreadNote(logging.Filter):
+    """Demotes Ray's warning that `ray.init` off the main thread sets no SIGTERM handler:
+    the server calls it off the loop on purpose and handles SIGTERM itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("SIGTERM handler is not set"):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        # Filters run after the logger's level check: redo it for the new level.
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
 def connect(address: str, app: str = DEFAULT_APP) -> RayTransport:
-    """Attach this process to a Ray cluster as a driver (blocking: call it off the loop)."""
+    """Attach this process to a Ray cluster as a driver (blocking: call it off the loop);
+    ConnectionError when there is no cluster there, or no Serve on it."""
     if not ray.is_initialized():
+        ray_worker = logging.getLogger("ray._private.worker")
+        if not any(isinstance(f, OffMainThreadNote) for f in ray_worker.filters):
+            ray_worker.addFilter(OffMainThreadNote())
         ray.init(address=address, log_to_driver=False, configure_logging=False)
-    return RayTransport(serve.get_deployment_handle(DEPLOYMENT, app_name=app))
+    try:
+        handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app)
+    except RayServeException as exc:  # a cluster on which no replicas were ever deployed
+        raise ConnectionError(f"no Serve application {app!r} runs there") from exc
+    return RayTransport(handle)
 
 
 def deploy(application: Any, app: str = DEFAULT_APP) -> None:

@@ -11,17 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.errors import AudioError
-from engine.features.audio_files import read_audio
-from engine.types import SAMPLE_RATE
 from sensestream.client import (
     ClientError,
     Outcome,
+    RefusedError,
     SessionOptions,
     bearer,
     converse,
     pace_for,
-    pcm16,
 )
+from sensestream.stream.audio import ChannelCountError, load_frames
 from sensestream.stream.live import CLEAR_LINE, LiveView
 from sensestream.stream.output import (
     FORMATS,
@@ -38,6 +37,15 @@ DESCRIPTION = "Replay audio files to a SenseStream server as live streams; print
 API_KEY_ENV = "SENSESTREAM_API_KEY"
 
 
+def explain(exc: ClientError, api_key: str | None) -> str:
+    """The error's line; a refusal about the key also says how to pass one."""
+    if not (isinstance(exc, RefusedError) and exc.about_key):
+        return str(exc)
+    if api_key is None:
+        return f"{exc}; pass --api-key KEY or set {API_KEY_ENV}"
+    return f"{exc}; the key given was refused: pass another with --api-key KEY or set {API_KEY_ENV}"
+
+
 def unreadable(path: Path) -> tuple[str, str] | None:
     """Why `path` cannot be opened, in words libsndfile does not find ("System error")."""
     if not path.exists():
@@ -49,8 +57,12 @@ def unreadable(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def session_options(args: argparse.Namespace) -> SessionOptions:
+def session_options(args: argparse.Namespace, channels: int = 1) -> SessionOptions:
     start = {"type": "start", "language": args.language, "itn": args.itn}
+    if args.multichannel:
+        start.update(channels=channels, multichannel=True)
+        if args.channel_labels:
+            start["channel_labels"] = list(args.channel_labels)
     return SessionOptions(
         start={**start, "pace": pace_for(args.speed)},
         frame_s=args.chunk_ms / 1000,
@@ -66,15 +78,13 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
     if problem is not None:
         return result.fail(*problem)
     try:
-        audio = read_audio(path)
-    except AudioError as exc:
+        frames, channels = load_frames(path, args.chunk_ms, args.multichannel, args.channel_labels)
+    except (AudioError, ChannelCountError) as exc:
         return result.fail(exc.code, str(exc))
-    step = SAMPLE_RATE * args.chunk_ms // 1000
-    frames = [pcm16(audio[i : i + step]) for i in range(0, len(audio), step)]
     outcome, failure = Outcome(), None
     show = live.show if live is not None else None
     try:
-        await converse(args.url, frames, session_options(args), outcome, show)
+        await converse(args.url, frames, session_options(args, channels), outcome, show)
     except ClientError as exc:
         failure = exc
     finally:
@@ -82,7 +92,7 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
             live.clear()
     result.absorb(outcome)
     if failure is not None:
-        result.fail(failure.code, str(failure))
+        result.fail(failure.code, explain(failure, args.api_key))
     if not result.ended and not result.errors:
         code = result.close_code
         result.fail("incomplete", f"the server closed the stream before `end` (code {code})")
@@ -105,6 +115,14 @@ async def stream_all(args: argparse.Namespace, plan: OutputPlan) -> list[StreamR
     return list(await asyncio.gather(*(guarded(p) for p in args.files)))
 
 
+def labels(text: str) -> tuple[str, ...]:
+    """--channel-labels: comma-separated names, none empty, none twice."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"give distinct, non-empty names: {text!r}")
+    return names
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
@@ -119,9 +137,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--out", default=None, help="file, or directory (ends with /, exists, or several inputs)"
     )
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument(
+        "--multichannel",
+        action="store_true",
+        help="recognise each channel of a stereo file on its own (default: mix to mono)",
+    )
+    parser.add_argument(
+        "--channel-labels",
+        type=labels,
+        default=(),
+        metavar="A,B",
+        help="names of the channels with --multichannel, one each (default: 0,1)",
+    )
     args = parser.parse_args(argv)
     if args.speed < 0 or args.chunk_ms <= 0 or args.concurrency < 1:
         parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
+    if args.channel_labels and not args.multichannel:
+        parser.error("--channel-labels needs --multichannel")
     if args.api_key is None:
         args.api_key = os.environ.get(API_KEY_ENV) or None
     return args

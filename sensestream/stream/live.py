@@ -7,7 +7,7 @@ import shutil
 import unicodedata
 from typing import Any, TextIO
 
-from sensestream.stream.output import fmt_time
+from sensestream.stream.output import channel_tag, fmt_time
 
 CLEAR_LINE = "\r\x1b[2K"
 
@@ -41,15 +41,20 @@ def printable(text: str) -> str:
     return "".join(c for c in flat if unicodedata.category(c) != "Cc")
 
 
-def live_line(text: str, columns: int) -> str:
-    """`… ` and the end of a partial, narrower than the terminal so it can never wrap.
+def live_line(text: str, columns: int, tag: str = "") -> str:
+    """`… `, the `tag` (a channel's) and the end of a partial, narrower than the terminal so
+    it can never wrap.
 
     The last column stays free: a line that fills it wraps on some terminals, and then
     the carriage return of the next redraw no longer reaches its start.
     """
     if columns < 4:
         return ""
-    return "… " + fit_tail(printable(text), columns - 3)
+    tag = printable(tag) + " " if tag else ""  # printable() trims the tag's space
+    room = columns - 3 - display_width(tag)
+    if room < 1:  # a terminal too narrow for the tag shows the text alone
+        tag, room = "", columns - 3
+    return f"… {tag}" + fit_tail(printable(text), room)
 
 
 def terminal_columns(stream: TextIO) -> int:
@@ -76,18 +81,19 @@ class LiveView:
     def show(self, event: dict[str, Any]) -> None:
         """Draw what a server event changes (partials and finals; the rest change nothing)."""
         if event["type"] == "partial":
-            self.partial(str(event.get("text") or ""))
+            self.partial(str(event.get("text") or ""), channel_tag(event))
         elif event["type"] == "final":
             self.final(event)
 
-    def partial(self, text: str) -> None:
-        self._write(CLEAR_LINE + live_line(text, terminal_columns(self.stream)))
+    def partial(self, text: str, tag: str = "") -> None:
+        self._write(CLEAR_LINE + live_line(text, terminal_columns(self.stream), tag))
         self.drawn = True
 
     def final(self, event: dict[str, Any]) -> None:
         text = printable(str(event.get("text") or ""))
         if self.show_finals and text:
-            self._write(f"{CLEAR_LINE}[{fmt_time(event.get('start_ms', 0), '.')}] {text}\n")
+            stamp = fmt_time(event.get("start_ms", 0), ".")
+            self._write(f"{CLEAR_LINE}[{stamp}] {printable(channel_tag(event) + text)}\n")
             self.drawn = False
         else:
             self.clear()

@@ -63,18 +63,25 @@ def fmt_time(ms: int, sep: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{seconds:02d}{sep}{millis:03d}"
 
 
+def channel_tag(event: dict[str, Any]) -> str:
+    """`[label] ` for an event of a multichannel stream (it names its channel); else ""."""
+    label = event.get("label", event.get("channel"))
+    return "" if label is None else f"[{label}] "
+
+
 def render(result: StreamResult, fmt: str) -> str:
-    """The finals of one stream in the chosen format."""
+    """The finals of one stream in the chosen format (each text tagged with its channel)."""
     finals = [f for f in result.finals if f.get("text")]
     if fmt == "jsonl":
         return "".join(json.dumps(f, ensure_ascii=False) + "\n" for f in result.finals)
     if fmt == "text":
-        return "".join(f["text"] + "\n" for f in finals)
+        return "".join(channel_tag(f) + f["text"] + "\n" for f in finals)
     cues = []
-    for i, f in enumerate(finals, 1):
+    # The channels' finals come as each is decided; cues go by their start.
+    for i, f in enumerate(sorted(finals, key=lambda e: e["start_ms"]), 1):
         sep = "," if fmt == "srt" else "."
         span = f"{fmt_time(f['start_ms'], sep)} --> {fmt_time(f['end_ms'], sep)}"
-        cues.append((f"{i}\n" if fmt == "srt" else "") + f"{span}\n{f['text']}\n")
+        cues.append((f"{i}\n" if fmt == "srt" else "") + f"{span}\n{channel_tag(f)}{f['text']}\n")
     head = "WEBVTT\n\n" if fmt == "vtt" else ""
     return head + "\n".join(cues)
 

@@ -31,6 +31,20 @@ class RayMissingError(EngineError):
     code = "ray_missing"
 
 
+class RayUnreachableError(EngineError):
+    """`engine_url` names a Ray cluster (or Serve application) this process cannot reach."""
+
+    code = "ray_unreachable"
+
+
+#: How to get a cluster with replicas to attach to (the Makefile's `replicas` target; a
+#: cluster elsewhere gets them from `python -m server.replicas --address …`).
+START_REPLICAS = (
+    "start one with `make replicas` (python -m server.replicas --local), or deploy replicas"
+    " to a cluster with python -m server.replicas --address ADDRESS"
+)
+
+
 async def open_local(
     config: ServerConfig, environ: Mapping[str, str], registry: CollectorRegistry
 ) -> tuple[AsyncEngine, EngineReport]:
@@ -70,7 +84,21 @@ async def _ray_transport(address: RayAddress) -> Transport:
         raise RayMissingError(
             f"engine_url ray://… needs Ray here: pip install '.[ray]' ({exc})"
         ) from exc
-    return await asyncio.to_thread(connect, address.address, address.app)
+    try:
+        return await asyncio.to_thread(connect, address.address, address.app)
+    except ConnectionError as exc:
+        raise unreachable(address, exc) from exc
+
+
+def unreachable(address: RayAddress, exc: ConnectionError) -> RayUnreachableError:
+    """One line for a failed attach: what failed, and how to start a cluster."""
+    url = address.address if "://" in address.address else f"ray://{address.address}"
+    # Ray's text runs on to name its own flags (`--address`), not ours: its first sentence.
+    text = str(exc).strip()
+    reason = text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(exc).__name__
+    return RayUnreachableError(
+        f"cannot attach to the Ray cluster at {url} (app {address.app}): {reason}; {START_REPLICAS}"
+    )
 
 
 def is_remote(engine: EngineClient | None) -> bool:

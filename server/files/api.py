@@ -172,8 +172,10 @@ class FileApi:
                 limits.max_upload_bytes,
             )
             job = parse_fields(slot.upload.fields)
-            audio_file = slot.upload.audio_file()
-            slot.audio = await asyncio.to_thread(FileAudio, audio_file, limits.max_upload_seconds)
+            audio_file, name = slot.upload.audio_file(), slot.upload.label()
+            slot.audio = await asyncio.to_thread(
+                FileAudio, audio_file, limits.max_upload_seconds, name
+            )
             slot.runner = runner = self._runner(slot.audio)
         except FileApiError as exc:
             return api_error(exc)

@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 import soundfile as sf
@@ -23,6 +23,7 @@ import soxr
 
 from engine.client import EngineClient
 from engine.types import SAMPLE_RATE, InferenceResult
+from server.files.mpeg import ChildDecoder, DecodeError, is_mpeg, reason
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.events import Ended, Failed, Final
@@ -43,18 +44,49 @@ class AudioInfo:
     channels: int
 
 
+class AudioSource(Protocol):
+    """What FileAudio reads through: a `soundfile.SoundFile`, or a `ChildDecoder`."""
+
+    samplerate: int
+    channels: int
+    frames: int
+    closed: bool
+
+    def read(self, frames: int, dtype: str, always_2d: bool) -> np.ndarray: ...
+    def close(self) -> None: ...
+
+
+def open_audio(file: IO[bytes], name: str) -> AudioSource:
+    """A reader for the upload (mp3 in a child process, see `server.files.mpeg`); errors
+    quote `name`, the form's filename, never the spooled file object."""
+    head = file.read(4)
+    file.seek(0)
+    try:
+        if is_mpeg(head):
+            return ChildDecoder(file, name)
+        source: AudioSource = sf.SoundFile(file)
+        return source
+    except (sf.LibsndfileError, RuntimeError, TypeError, DecodeError) as exc:
+        message = f"cannot decode {name}: not an audio file ({reason(exc)})"
+        raise FileApiError(415, message, "file") from exc
+    except OSError as exc:  # no process to decode in: this host is out of something
+        message = f"cannot decode {name} now: {exc.strerror or exc}"
+        raise FileApiError(503, message, "file") from exc
+
+
 class FileAudio:
     """Decodes an uploaded file to float32 16 kHz mono in chunks (libsndfile + soxr).
 
     Audio longer than `max_s` is refused: before decoding when the container states its
-    length, else by the chunk that passes it (`FileApiError` 413 either way).
+    length, else by the chunk that passes it (`FileApiError` 413 either way). Errors name
+    the file by `name`.
     """
 
-    def __init__(self, file: IO[bytes], max_s: float = float("inf")) -> None:
-        try:
-            self._sf = sf.SoundFile(file)
-        except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
-            raise FileApiError(415, f"cannot decode the audio file: {exc}", "file") from exc
+    def __init__(
+        self, file: IO[bytes], max_s: float = float("inf"), name: str = "the audio file"
+    ) -> None:
+        self.name = name
+        self._sf = open_audio(file, name)
         rate = self._sf.samplerate
         # libsndfile says SF_COUNT_MAX for a length the container leaves open (a FLAC
         # written as a stream): then only the decoded chunks count.
@@ -81,8 +113,9 @@ class FileAudio:
             frames = int(CHUNK_S * self.info.sample_rate)
             try:
                 block = self._sf.read(frames, "float32", always_2d=True)
-            except (sf.LibsndfileError, RuntimeError) as exc:
-                raise FileApiError(415, f"cannot decode the audio file: {exc}", "file") from exc
+            except (sf.LibsndfileError, RuntimeError, DecodeError) as exc:
+                message = f"cannot decode {self.name}: {reason(exc)}"
+                raise FileApiError(415, message, "file") from exc
         self._read_frames += len(block)
         if self._read_frames > self._max_frames:  # a header that understated the length
             raise too_long(self._max_frames / self.info.sample_rate)

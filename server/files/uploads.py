@@ -6,6 +6,7 @@ recording is never held whole in memory; the whole body is bounded by a byte lim
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from streaming.protocols.openai.files import FileApiError
 SPOOL_BYTES = 1 << 20  # a file part larger than this goes to disk
 MAX_FIELD_BYTES = 64 * 1024
 MAX_FIELDS = 32
+MAX_NAME_CHARS = 80  # of a filename quoted back in an error
+UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -29,6 +32,13 @@ class Upload:
     file: IO[bytes] | None = None
     filename: str = ""
     file_bytes: int = 0
+
+    def label(self) -> str:
+        """The file's name as errors and logs quote it: no folders, no control characters."""
+        name = UNPRINTABLE.sub("?", self.filename.replace("\\", "/").rsplit("/", 1)[-1]).strip()
+        if len(name) > MAX_NAME_CHARS:
+            name = name[: MAX_NAME_CHARS - 1] + "…"
+        return name or "the uploaded file"
 
     def audio_file(self) -> IO[bytes]:
         if self.file is None:

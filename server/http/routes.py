@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from streaming.protocols.audiohook.codec import make_audiohook_codec
@@ -11,6 +11,9 @@ from streaming.protocols.funasr.codec import FunasrCodec
 from streaming.protocols.openai.realtime import OpenAIRealtimeCodec
 from streaming.protocols.twilio.codec import make_twilio_codec
 from streaming.protocols.v1.codec import V1Codec
+
+#: Where a subscriber follows a live stream's events (the app's own route, no codec's).
+FOLLOW_PATH = "/v1/streams/{stream_id}/events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +64,9 @@ def websocket_routes() -> dict[str, WebSocketRoute]:
         WebSocketRoute("/audiohook", "audiohook", make_audiohook_codec),
     )
     return {route.path: route for route in routes}
+
+
+def streaming_paths(routes: Mapping[str, WebSocketRoute]) -> str:
+    """Every WebSocket path and what it speaks, for a client that knocked at another one."""
+    listed = [f"{route.path} ({route.protocol})" for route in routes.values()]
+    return ", ".join([*listed, f"{FOLLOW_PATH} (follow)"])

@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from server.config import ServerConfig
+from server.http.routes import FOLLOW_PATH
 from server.http.routes import WebSocketRoute as StreamRoute
 
 
@@ -33,6 +34,7 @@ class App(Protocol):
     async def websocket(self, websocket: WebSocket, route: StreamRoute) -> None: ...
     async def stream_probe(self, request: Request, key_in_band: bool = False) -> Response: ...
     async def follow(self, websocket: WebSocket) -> None: ...
+    async def unknown_websocket(self, websocket: WebSocket) -> None: ...
     async def healthz(self, request: Request) -> Response: ...
     async def readyz(self, request: Request) -> Response: ...
     async def metrics_route(self, request: Request) -> Response: ...
@@ -71,13 +73,16 @@ def main_app(app: App) -> Starlette:
     routes += _health(app)
     routes += [
         Route("/v1/streams", app.streams_route),
-        WebSocketRoute("/v1/streams/{stream_id}/events", app.follow, name="follow"),
+        WebSocketRoute(FOLLOW_PATH, app.follow, name="follow"),
         Route("/v1/models", app.file_api.models),
         Route("/v1/audio/transcriptions", app.file_api.transcriptions, methods=["POST"]),
     ]
     if app.config.listen.metrics_port is None:
         routes += _ops(app)
     routes.append(Route("/{path:path}", app.page))
+    # Last, so it takes only upgrades no route above matched: Starlette's own answer to
+    # those is a bare 403, which reads as a key or Origin problem and is never logged.
+    routes.append(WebSocketRoute("/{path:path}", app.unknown_websocket, name="unknown"))
     return Starlette(routes=routes)
 
 

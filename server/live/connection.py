@@ -98,7 +98,8 @@ class Connection:
             "session_closed", "the stream's client went away before the stream ended"
         )
         self._going_away = False
-        self._error_close: int | None = None  # set by the first client error that ends it
+        # The first client error that ends the stream: its close code and reason say so.
+        self._ending_error: ProtocolError | None = None
         self._done = asyncio.Event()
         self._draining = asyncio.Event()  # set by drain(): no more waiting on the client
         self._tasks: list[asyncio.Task[None]] = []
@@ -265,7 +266,7 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - the session boundary: any fault ends it alone
             self._crash(exc)
             return False
-        return self._error_close is None  # publishing can fail it (a taken stream id)
+        return self._ending_error is None  # publishing can fail it (a taken stream id)
 
     def _refused_elsewhere(self, exc: ProtocolError) -> None:
         self._step(partial(self._fail, exc))
@@ -274,8 +275,8 @@ class Connection:
         """Report a client error; the session still delivers the finals it owes."""
         self._stats.protocol_error(exc.code)
         log.info("session %s: %s: %s", self.session.session_id, exc.code, exc)
-        if self._error_close is None:
-            self._error_close = self.codec.close_code(exc)
+        if self._ending_error is None:
+            self._ending_error = exc
         self.session.abort(exc, self._loop.time())
 
     def _crash(self, exc: Exception) -> None:
@@ -299,7 +300,8 @@ class Connection:
                     await self.ws.send(frame)
                 if isinstance(event, Ended):
                     await self._let_client_close()
-                    await self.ws.close(self._close_code(), "end of stream")
+                    error = self._ending_error
+                    await self.ws.close(self._close_code(), error.code if error else None)
                     return
         except ClientGone:
             return
@@ -312,7 +314,7 @@ class Connection:
         wait short.
         """
         grace = self.codec.end_grace_s
-        if grace <= 0 or self._error_close is not None or self._going_away:
+        if grace <= 0 or self._ending_error is not None or self._going_away:
             return
         draining = asyncio.ensure_future(self._draining.wait())
         try:
@@ -323,8 +325,8 @@ class Connection:
             draining.cancel()
 
     def _close_code(self) -> int:
-        if self._error_close is not None:
-            return self._error_close
+        if self._ending_error is not None:
+            return self.codec.close_code(self._ending_error)
         return CLOSE_GOING_AWAY if self._going_away else CLOSE_NORMAL
 
     def _pump(self) -> None:

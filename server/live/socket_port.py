@@ -14,6 +14,18 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 #: Where `TransportCapture` leaves the connection's transport in the ASGI scope.
 TRANSPORT_KEY = "sensestream.transport"
+#: The close reason of a stream that ended as it should (or was drained at shutdown).
+END_OF_STREAM = "end of stream"
+#: RFC 6455 leaves a close frame's reason 123 bytes of UTF-8.
+MAX_REASON_BYTES = 123
+
+
+def close_reason(error: str | None) -> str:
+    """A close frame's reason: the code of the error that ended the stream, else a clean end."""
+    if error is None:
+        return END_OF_STREAM
+    reason = f"error: {error}".encode()[:MAX_REASON_BYTES]
+    return reason.decode(errors="ignore")  # a cut inside a character drops that character
 
 
 class ClientGone(Exception):
@@ -63,9 +75,11 @@ class SocketPort:
             self._closed = True
             raise ClientGone from exc
 
-    async def close(self, code: int, reason: str = "") -> None:
+    async def close(self, code: int, error: str | None = None) -> None:
+        """Close with `code`; the reason names `error`, the code of the error that ended
+        the stream (None: a clean end), so every close is worded in one place."""
         with contextlib.suppress(OSError, RuntimeError, WebSocketDisconnect):
-            await self._ws.close(code, reason)
+            await self._ws.close(code, close_reason(error))
 
     def limit_write_buffer(self, high: int) -> None:
         """Make `send` wait once this much is buffered for the client (a slow reader is

@@ -57,7 +57,7 @@ class Follower:
                 for frame in self._codec.encode(event):
                     await self._port.send(frame)
                 if isinstance(event, Ended):
-                    await self._port.close(CLOSE_NORMAL, "end of stream")
+                    await self._port.close(CLOSE_NORMAL)
                     return
         except ClientGone:
             return

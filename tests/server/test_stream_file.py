@@ -122,7 +122,10 @@ def test_refused_handshake_is_one_line_per_file_and_writes_nothing(
     assert run.returncode != 0
     assert "Traceback" not in run.stderr
     lines = run.stderr.splitlines()
-    expected = "error [unauthorized]: server refused the connection: 401 missing or wrong API key"
+    expected = (
+        "error [unauthorized]: server refused the connection: 401 missing or wrong API key; "
+        "the key given was refused: pass another with --api-key KEY or set SENSESTREAM_API_KEY"
+    )
     assert sorted(lines) == sorted([f"{talk}: {expected}", f"{other}: {expected}"])
     assert run.stdout == ""
     assert list(out.iterdir()) == []
