@@ -63,6 +63,8 @@ def session_options(args: argparse.Namespace, channels: int = 1) -> SessionOptio
         start.update(channels=channels, multichannel=True)
         if args.channel_labels:
             start["channel_labels"] = list(args.channel_labels)
+    if args.stream_id:
+        start["stream_id"] = args.stream_id
     return SessionOptions(
         start={**start, "pace": pace_for(args.speed)},
         frame_s=args.chunk_ms / 1000,
@@ -138,6 +140,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument(
+        "--stream-id",
+        default=None,
+        help="name the stream, so that others can follow it at /v1/streams/ID/events",
+    )
+    parser.add_argument(
         "--multichannel",
         action="store_true",
         help="recognise each channel of a stereo file on its own (default: mix to mono)",
@@ -154,6 +161,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
     if args.channel_labels and not args.multichannel:
         parser.error("--channel-labels needs --multichannel")
+    if args.stream_id and len(args.files) > 1:
+        parser.error("--stream-id names one stream: give one file")
     if args.api_key is None:
         args.api_key = os.environ.get(API_KEY_ENV) or None
     return args
