@@ -33,10 +33,22 @@ class BackendUnavailableError(EngineError):
     code = "backend_unavailable"
 
 
-class AudioError(EngineError):
+class RequestError(EngineError):
+    """A request the engine cannot take as it is: that request alone fails, not its batch."""
+
+    code = "bad_request"
+
+
+class AudioError(RequestError):
     """Audio that cannot be decoded: unreadable, empty, too short or non-finite."""
 
     code = "bad_audio"
+
+
+class HotwordError(RequestError):
+    """Hotwords the model cannot emit (characters outside its vocabulary)."""
+
+    code = "unsupported_hotword"
 
 
 class BackendOutOfMemoryError(EngineError):

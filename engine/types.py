@@ -17,18 +17,48 @@ FRAME_MS = 60
 SAMPLE_RATE = 16000
 
 
+#: Hotword limits: a session's phrases, the characters of one phrase, the boost's range.
+MAX_HOTWORDS = 1000
+MAX_HOTWORD_CHARS = 64
+DEFAULT_HOTWORD_BOOST = 2.0
+MAX_HOTWORD_BOOST = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Hotword:
+    """A phrase to favour in decoding, and the log-probability bonus per token it earns."""
+
+    phrase: str
+    boost: float = DEFAULT_HOTWORD_BOOST
+
+    def __post_init__(self) -> None:
+        text = self.phrase.strip()
+        if not text or len(text) > MAX_HOTWORD_CHARS:
+            raise ValueError(
+                f"a hotword must have 1 to {MAX_HOTWORD_CHARS} characters; got {self.phrase!r}"
+            )
+        if not 0.0 < self.boost <= MAX_HOTWORD_BOOST:
+            raise ValueError(
+                f"a hotword's boost must be within (0, {MAX_HOTWORD_BOOST}]; got {self.boost}"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeOptions:
-    """Per-request prompts: language (or auto) and inverse text normalisation."""
+    """Per-request prompts: language (or auto) and inverse text normalisation, and the
+    hotwords its decoding favours (none: greedy decoding)."""
 
     language: str = "auto"
     itn: bool = True
+    hotwords: tuple[Hotword, ...] = ()
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
             raise ValueError(
                 f"language must be one of {', '.join(LANGUAGES)}; got {self.language!r}"
             )
+        if len(self.hotwords) > MAX_HOTWORDS:
+            raise ValueError(f"at most {MAX_HOTWORDS} hotwords; got {len(self.hotwords)}")
 
 
 @dataclass(frozen=True, slots=True)

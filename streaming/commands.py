@@ -6,9 +6,16 @@ The session core takes only these; a protocol adds a codec, never session logic.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from engine.types import LANGUAGES
+from engine.types import (
+    DEFAULT_HOTWORD_BOOST,
+    LANGUAGES,
+    MAX_HOTWORD_BOOST,
+    MAX_HOTWORDS,
+    Hotword,
+)
 from streaming.audio.decoder import AudioFormat
 from streaming.errors import InvalidFieldError
 
@@ -47,9 +54,9 @@ class StreamOptions:
     timestamps: bool = True
     pace: str = "live"  # a live client is held to real time; a replay may go much faster
     turns: TurnDetection = field(default_factory=TurnDetection)
-    # Accepted and reported back, but not yet used in decoding (no biasing exists yet).
-    hotwords: tuple[str, ...] = ()
-    prompt: str = ""
+    # Phrases decoding favours (a context graph over a CTC beam search); none: greedy.
+    hotwords: tuple[Hotword, ...] = ()
+    prompt: str = ""  # reported back; free text is not a hotword list
 
     def __post_init__(self) -> None:
         if self.language not in CLIENT_LANGUAGES:
@@ -57,6 +64,8 @@ class StreamOptions:
             raise InvalidFieldError(f"language must be one of {allowed}; got {self.language!r}")
         if self.pace not in PACES:
             raise InvalidFieldError(f"pace must be live or replay; got {self.pace!r}")
+        if len(self.hotwords) > MAX_HOTWORDS:
+            raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(self.hotwords)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +148,33 @@ class Mark:
 
 
 Command = Configure | Audio | Commit | Cut | Clear | Stop | Mark
+
+
+#: The smallest boost a clamped weight becomes (FunASR clients send weights of 0 too).
+MIN_CLAMPED_BOOST = 0.1
+
+
+def hotwords_from(
+    phrases: Mapping[str, float] | Iterable[str], scale: float = 1.0, clamp: bool = False
+) -> tuple[Hotword, ...]:
+    """Hotwords from phrases (each at the default boost) or {phrase: weight} (boost = weight
+    x `scale`, brought into range with `clamp`); the first of equal phrases wins; a bad one
+    is an InvalidFieldError."""
+    if isinstance(phrases, Mapping):
+        pairs = [(str(p), float(w) * scale) for p, w in phrases.items()]
+        if clamp:
+            pairs = [(p, min(max(b, MIN_CLAMPED_BOOST), MAX_HOTWORD_BOOST)) for p, b in pairs]
+    else:
+        pairs = [(str(p), DEFAULT_HOTWORD_BOOST) for p in phrases]
+    seen: dict[str, Hotword] = {}
+    for phrase, boost in pairs:
+        key = " ".join(phrase.split())
+        if key in seen:
+            continue
+        try:
+            seen[key] = Hotword(key, boost)
+        except ValueError as exc:
+            raise InvalidFieldError(str(exc)) from exc
+    if len(seen) > MAX_HOTWORDS:
+        raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(seen)}")
+    return tuple(seen.values())

@@ -717,7 +717,8 @@ class Session:
             self._end_sent = True
 
     def _decode_options(self) -> DecodeOptions:
-        return DecodeOptions(language=self._options.language, itn=self._options.itn)
+        options = self._options
+        return DecodeOptions(options.language, options.itn, options.hotwords)
 
     def _toggle(self, name: str) -> bool:
         return bool(getattr(self._options, name))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -43,4 +44,25 @@ class AudioBackend(Backend, Protocol):
         self, audios: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         """`run` for float32 mono audio at 16 kHz, each at least one analysis window long."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredFrames:
+    """One item's argmax ids, as `run` returns them, and the best candidates of each of
+    its speech frames (after the prompt frames), for biased decoding."""
+
+    ids: np.ndarray  # [T + 4] int32
+    topk_ids: np.ndarray  # [T, K] int32, best first
+    topk_logprobs: np.ndarray  # [T, K] float32 log-probabilities
+
+
+@runtime_checkable
+class ScoringBackend(Backend, Protocol):
+    """A backend that can also hand back each frame's best candidates."""
+
+    def run_scored(
+        self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
+    ) -> list[ScoredFrames]:
+        """`run` (features) or, with `audio`, `run_audio` (raw audio), with candidates."""
         ...

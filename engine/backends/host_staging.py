@@ -49,6 +49,11 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
+def torch_to_numpy(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype with the same layout as a torch dtype."""
+    return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
+
+
 class HostStaging:
     """One reusable host buffer; `reserve` hands out typed views, `upload` copies them over.
 

@@ -8,17 +8,20 @@ from typing import Any
 
 import numpy as np
 
+from engine.backends.base import ScoredFrames
 from engine.backends.graph_cache import open_with_graph_cache
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.features.fbank import pad_batch
 from engine.model.directory import ModelDir
-from engine.model.prompts import prompt_arrays
+from engine.model.prompts import PROMPT_FRAMES, prompt_arrays
 from engine.serving.devices import device_index
 from engine.types import DecodeOptions
 
 CPU_PRECISIONS = ("fp32", "int8")
 CUDA_PRECISIONS = ("fp32", "fp16")
 OUTPUT_NAMES = ("token_ids", "token_lens")
+#: The scored graph's extra outputs: each speech frame's best ids and log-probabilities.
+SCORED_OUTPUT_NAMES = ("topk_ids", "topk_logprobs")
 # TensorRT builds one engine per shape profile; these cover 1-64 items of up to 30 s.
 TRT_MIN = "speech:1x1x560,speech_lengths:1,language:1,textnorm:1"
 TRT_OPT = "speech:8x167x560,speech_lengths:8,language:8,textnorm:8"
@@ -106,6 +109,7 @@ class OnnxBackend:
         tensorrt: bool = False,
         io_binding: bool | None = None,
         graph_cache: Path | None = None,
+        scored_path: Callable[[], Path] | None = None,
     ) -> None:
         path = onnx_path or model_dir.onnx_path(precision)
         providers = select_providers(device, precision, tensorrt, path.parent / "trt-cache")
@@ -118,6 +122,12 @@ class OnnxBackend:
         # Only a CPU graph is kept: a GPU provider's graph holds its own fused nodes.
         cache = None if on_gpu else graph_cache
         self._session = _open_session(path, providers, threads, cache, arena=not on_gpu)
+        # The graph with each frame's candidates, opened at the first request with hotwords.
+        self._scored_path = scored_path
+        self._scored: Any = None
+        self._open_scored: Callable[[Path], Any] = lambda p: _open_session(
+            p, providers, threads, None, arena=not on_gpu
+        )
         self._run_options = _run_options(on_gpu)
         kind = "trt" if _provider_name(providers[0]) == "TensorrtExecutionProvider" else None
         self._label = f"onnx-{precision}-{kind or device.partition(':')[0]}"
@@ -157,6 +167,41 @@ class OnnxBackend:
                 raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
             raise
         return [np.asarray(ids[i, : int(lens[i])], dtype=np.int32) for i in range(len(feats))]
+
+    def run_scored(
+        self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
+    ) -> list[ScoredFrames]:
+        """`run` with each speech frame's best candidates, from the scored graph."""
+        if audio:
+            raise RuntimeError(f"{self._label} takes features, not audio")
+        padded, lengths = pad_batch(inputs)
+        language, textnorm = prompt_arrays(options)
+        feeds = {"speech": padded, "speech_lengths": lengths, "language": language}
+        feeds["textnorm"] = textnorm
+        names = [*OUTPUT_NAMES, *SCORED_OUTPUT_NAMES]
+        try:
+            ids, lens, top_ids, top_lp = self._scored_session().run(names, feeds, self._run_options)
+        except Exception as exc:
+            if _is_out_of_memory(exc):
+                raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
+            raise
+        speech = [int(n) - PROMPT_FRAMES for n in lens]
+        return [
+            ScoredFrames(
+                np.asarray(ids[i, : int(lens[i])], dtype=np.int32),
+                np.asarray(top_ids[i, : speech[i]], dtype=np.int32),
+                np.asarray(top_lp[i, : speech[i]], dtype=np.float32),
+            )
+            for i in range(len(inputs))
+        ]
+
+    def _scored_session(self) -> Any:
+        # Only the device's thread calls this, so opening it once needs no lock.
+        if self._scored is None:
+            if self._scored_path is None:
+                raise BackendUnavailableError(f"{self._label} has no scored graph for hotwords")
+            self._scored = self._open_scored(self._scored_path())
+        return self._scored
 
     def _run_plain(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         ids, lens = self._session.run(list(OUTPUT_NAMES), inputs, self._run_options)

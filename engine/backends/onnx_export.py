@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from engine.model.directory import ONNX_NAMES, ModelDir
-from engine.model.network import FEATURE_DIM, load_ctc_argmax
+from engine.backends.onnx import SCORED_OUTPUT_NAMES
+from engine.model.directory import ModelDir, onnx_name
+from engine.model.network import FEATURE_DIM, CtcTopK, load_ctc_argmax
 
 INPUT_NAMES = ("speech", "speech_lengths", "language", "textnorm")
 OUTPUT_NAMES = ("token_ids", "token_lens")
@@ -20,31 +21,39 @@ OPSET = 17
 
 
 def export_onnx(
-    model_dir: ModelDir, out_dir: Path | None = None, *, int8: bool = False, fp16: bool = False
+    model_dir: ModelDir,
+    out_dir: Path | None = None,
+    *,
+    int8: bool = False,
+    fp16: bool = False,
+    scored: bool = False,
 ) -> dict[str, Path]:
-    """Write model.onnx (and the asked-for variants) and return them by precision."""
+    """Write model.onnx (and the asked-for variants) and return them by precision; with
+    `scored`, the graphs that also output each frame's best candidates (for hotwords)."""
     target = out_dir or model_dir.path
     target.mkdir(parents=True, exist_ok=True)
-    fp32 = target / ONNX_NAMES["fp32"]
-    _export_fp32(model_dir, fp32)
+    fp32 = target / onnx_name("fp32", scored)
+    _export_fp32(model_dir, fp32, scored)
     written = {"fp32": fp32}
-    written.update(derive_variants(fp32, target, int8=int8, fp16=fp16))
+    written.update(derive_variants(fp32, target, int8=int8, fp16=fp16, scored=scored))
     return written
 
 
-def derive_variants(fp32: Path, target: Path, *, int8: bool, fp16: bool) -> dict[str, Path]:
+def derive_variants(
+    fp32: Path, target: Path, *, int8: bool, fp16: bool, scored: bool = False
+) -> dict[str, Path]:
     """Make the int8 and/or fp16 files from an fp32 export."""
     written: dict[str, Path] = {}
     if int8:
-        written["int8"] = target / ONNX_NAMES["int8"]
+        written["int8"] = target / onnx_name("int8", scored)
         _atomic(written["int8"], lambda tmp: quantize_int8(fp32, tmp))
     if fp16:
-        written["fp16"] = target / ONNX_NAMES["fp16"]
+        written["fp16"] = target / onnx_name("fp16", scored)
         _atomic(written["fp16"], lambda tmp: convert_fp16(fp32, tmp))
     return written
 
 
-def _export_fp32(model_dir: ModelDir, path: Path) -> None:
+def _export_fp32(model_dir: ModelDir, path: Path, scored: bool = False) -> None:
     axes = {
         "speech": {0: "batch", 1: "frames"},
         "speech_lengths": {0: "batch"},
@@ -53,11 +62,16 @@ def _export_fp32(model_dir: ModelDir, path: Path) -> None:
         "token_ids": {0: "batch", 1: "out_frames"},
         "token_lens": {0: "batch"},
     }
-    model = load_ctc_argmax(model_dir)
+    argmax = load_ctc_argmax(model_dir)
+    model: torch.nn.Module = argmax
+    outputs: tuple[str, ...] = OUTPUT_NAMES
+    if scored:
+        model, outputs = CtcTopK(argmax), OUTPUT_NAMES + SCORED_OUTPUT_NAMES
+        axes |= {name: {0: "batch", 1: "speech_frames"} for name in SCORED_OUTPUT_NAMES}
     _atomic(
         path,
         lambda tmp: trace_to_onnx(
-            model, tmp, input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, axes=axes, opset=OPSET
+            model, tmp, input_names=INPUT_NAMES, output_names=outputs, axes=axes, opset=OPSET
         ),
     )
 

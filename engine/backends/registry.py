@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailableError
-from engine.model.directory import ONNX_NAMES, ModelDir
+from engine.model.directory import ONNX_NAMES, ModelDir, onnx_name
 from engine.serving.devices import parse_devices
 
 BACKENDS = ("onnx", "torch")
@@ -111,30 +111,36 @@ def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
         onnx_path=ensure_onnx(model_dir, precision),
         tensorrt=options.tensorrt,
         graph_cache=options.graph_cache,
+        # Exported and opened at the first request with hotwords: most servers never need it.
+        scored_path=lambda: ensure_onnx(model_dir, precision, scored=True),
     )
 
 
-def ensure_onnx(model_dir: ModelDir, precision: str) -> Path:
-    """Return an up-to-date ONNX file for `precision`, exporting it once if needed.
+def ensure_onnx(model_dir: ModelDir, precision: str, scored: bool = False) -> Path:
+    """Return an up-to-date ONNX file for `precision`, exporting it once if needed
+    (`scored`: the graph that also outputs each frame's best candidates, for hotwords).
 
     The export goes into the model dir when it is writable, else into a per-user cache,
     and a stamp of the source weights marks when it must be redone.
     """
     if precision not in ONNX_NAMES:
         raise BackendUnavailableError(f"no ONNX export for precision {precision!r}")
+    name = onnx_name(precision, scored)
     stamp = _weights_stamp(model_dir)
     for folder in (model_dir.path, _cache_dir(model_dir)):
-        path = folder / ONNX_NAMES[precision]
+        path = folder / name
         if path.is_file() and (stamp is None or _read_stamp(path) in (stamp, None)):
             return path
     folder = model_dir.path if os.access(model_dir.path, os.W_OK) else _cache_dir(model_dir)
     if not model_dir.weights_path.is_file():
         raise BackendUnavailableError(
-            f"no {ONNX_NAMES[precision]} in {model_dir.path} and no model.pt to export it from"
+            f"no {name} in {model_dir.path} and no model.pt to export it from"
         )
     from engine.backends.onnx_export import export_onnx
 
-    written = export_onnx(model_dir, folder, int8=precision == "int8", fp16=precision == "fp16")
+    written = export_onnx(
+        model_dir, folder, int8=precision == "int8", fp16=precision == "fp16", scored=scored
+    )
     write_export_stamps(model_dir, written.values())
     return written[precision]
 

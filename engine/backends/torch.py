@@ -8,16 +8,17 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from engine.backends.base import ScoredFrames
 from engine.backends.cuda_graphs import BucketedModel, Model, capture_or_eager
 from engine.backends.graph_buckets import Bucket, BucketPlan
-from engine.backends.host_staging import HostStaging, pack_padded
+from engine.backends.host_staging import HostStaging, pack_padded, torch_to_numpy
 from engine.backends.torch_precision import for_reduced_precision
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
 from engine.features.device_fbank import DeviceFrontend
 from engine.features.fbank import Frontend, pad_batch
 from engine.model.directory import ModelDir
-from engine.model.network import FEATURE_DIM, load_ctc_argmax
-from engine.model.prompts import prompt_arrays
+from engine.model.network import FEATURE_DIM, CtcTopK, load_ctc_argmax
+from engine.model.prompts import PROMPT_FRAMES, prompt_arrays
 from engine.types import DecodeOptions
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -86,6 +87,7 @@ class TorchBackend:
         if self._dtype != torch.float32:
             for_reduced_precision(model)
         self._model = model.to(device=self._device, dtype=self._dtype)
+        self._scored = CtcTopK(self._model)
         cuda = self._device.type == "cuda"
         staged = cuda if stage_inputs is None else stage_inputs
         self._inputs = HostStaging(pin=cuda) if staged else None
@@ -150,7 +152,10 @@ class TorchBackend:
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         """Decode one padded batch; see `engine.backends.base.Backend.run`."""
-        return self._decode(feats, options, None)
+        out = self._outputs_of(feats, options, None, scored=False)
+        ids, lens = out
+        # Copies: the staged arrays are views of a buffer the next batch overwrites.
+        return [ids[i, : int(lens[i])].copy() for i in range(len(feats))]
 
     def run_audio(
         self, audios: Sequence[np.ndarray], options: Sequence[DecodeOptions]
@@ -159,34 +164,57 @@ class TorchBackend:
 
         Each clip must be long enough for one frame (the recognizer checks it first).
         """
+        ids, lens = self._outputs_of(audios, options, self._audio_frontend(), scored=False)
+        return [ids[i, : int(lens[i])].copy() for i in range(len(audios))]
+
+    def run_scored(
+        self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
+    ) -> list[ScoredFrames]:
+        """`run` (or `run_audio`) with each speech frame's best candidates, for biased
+        decoding; always eager (the graphs hold the argmax model only)."""
+        frontend = self._audio_frontend() if audio else None
+        ids, lens, top_ids, top_lp = self._outputs_of(inputs, options, frontend, scored=True)
+        return [
+            ScoredFrames(
+                ids[i, : int(lens[i])].copy(),
+                top_ids[i, : int(lens[i]) - PROMPT_FRAMES].copy(),
+                top_lp[i, : int(lens[i]) - PROMPT_FRAMES].copy(),
+            )
+            for i in range(len(inputs))
+        ]
+
+    def _audio_frontend(self) -> DeviceFrontend:
         if self._frontend is None:
             raise RuntimeError(f"{self._label} computes no features; call run()")
-        return self._decode(audios, options, self._frontend)
+        return self._frontend
 
-    def _decode(
+    def _outputs_of(
         self,
         arrays: Sequence[np.ndarray],
         options: Sequence[DecodeOptions],
         frontend: DeviceFrontend | None,
+        *,
+        scored: bool,
     ) -> list[np.ndarray]:
-        """Features (or audio, through `frontend`) to ids: uploaded, run, brought back."""
+        """Features (or audio, through `frontend`) through the model: uploaded, run, and
+        its outputs brought back (views of a buffer the next batch overwrites)."""
         language, textnorm = prompt_arrays(options)
         try:
             with torch.inference_mode(), self._on_device():
                 speech, lengths, lang, norm = self._upload(arrays, language, textnorm)
                 if frontend is not None:
                     speech, lengths = frontend(speech, [int(a.shape[0]) for a in arrays])
-                forward = self._graphs or self._model
+                forward: Callable[..., tuple[torch.Tensor, ...]] = (
+                    self._scored if scored else (self._graphs or self._model)
+                )
                 # fp32 goes over the bus and is cast on the device, where it is nearly free.
-                ids, lens = self._download(*forward(speech.to(self._dtype), lengths, lang, norm))
+                return self._download(forward(speech.to(self._dtype), lengths, lang, norm))
         except torch.OutOfMemoryError as exc:
             if self._device.type == "cuda":
                 # The failed batch's blocks stay cached and fragmented; the scheduler retries
                 # with halves, which should find the memory whole.
                 torch.cuda.empty_cache()
             raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
-        # Copies: the staged arrays are views of a buffer the next batch overwrites.
-        return [ids[i, : int(lens[i])].copy() for i in range(len(arrays))]
 
     def _upload(
         self, arrays: Sequence[np.ndarray], language: np.ndarray, textnorm: np.ndarray
@@ -212,19 +240,19 @@ class TorchBackend:
         speech, lens, lang, norm = self._inputs.upload(self._device)
         return speech, lens, lang, norm
 
-    def _download(self, ids: torch.Tensor, lens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The int32 outputs on the host (through the pinned buffer when staged)."""
+    def _download(self, outputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+        """The model's outputs on the host (through the pinned buffer when staged)."""
         if self._outputs is None:
-            return ids.cpu().numpy(), lens.cpu().numpy()
-        i32 = np.dtype(np.int32)
-        back = self._outputs.reserve([(tuple(ids.shape), i32), (tuple(lens.shape), i32)])
+            return [t.cpu().numpy() for t in outputs]
+        specs = [(tuple(t.shape), np.dtype(torch_to_numpy(t.dtype))) for t in outputs]
+        back = self._outputs.reserve(specs)
         pinned = self._outputs.pinned
-        back[0].copy_(ids, non_blocking=pinned)
-        back[1].copy_(lens, non_blocking=pinned)
+        for host, device in zip(back, outputs, strict=True):
+            host.copy_(device, non_blocking=pinned)
         # Non-blocking copies into pinned memory are only complete once the stream is.
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()
-        return back[0].numpy(), back[1].numpy()
+        return [host.numpy() for host in back]
 
     def _on_device(self) -> contextlib.AbstractContextManager[object]:
         """Make this backend's GPU current, so streams and allocations land on it."""

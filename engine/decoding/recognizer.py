@@ -7,14 +7,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import AudioBackend, Backend
-from engine.decoding.transcript import decode_transcript
+from engine.backends.base import AudioBackend, Backend, ScoredFrames, ScoringBackend
+from engine.decoding.beam_search import prefix_beam_search
+from engine.decoding.ctc import CtcTokens, greedy_collapse
+from engine.decoding.hotwords import HotwordCompiler
+from engine.decoding.transcript import transcript_of
 from engine.errors import EngineError
 from engine.features.fbank import Frontend
 from engine.model.directory import ModelDir
+from engine.model.prompts import PROMPT_FRAMES
 from engine.model.tags import TagTable
 from engine.model.tokenizer import Tokenizer
 from engine.types import SAMPLE_RATE, DecodeOptions, Transcript
+
+#: Prefixes kept per frame when hotwords bias the search.
+BEAM = 4
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Recognizer:
         self._audio_backend = (
             backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
         )
+        self._scoring = backend if isinstance(backend, ScoringBackend) else None
+        self.hotwords = HotwordCompiler(self.tokenizer)
 
     @property
     def features_on_device(self) -> bool:
@@ -51,6 +60,8 @@ class Recognizer:
         """Compute features (or check the audio for a backend that computes them); raises
         AudioError for audio the model cannot take."""
         duration_ms = len(audio) * 1000 // SAMPLE_RATE
+        if options.hotwords:
+            self.hotwords.graph(options.hotwords, options.itn)  # refused here, alone
         if self._audio_backend is not None:
             self.frontend.check_audio(audio)
             frames = self.frontend.num_frames(audio.shape[0])
@@ -66,11 +77,35 @@ class Recognizer:
 
     def decode(self, batch: Sequence[Utterance]) -> list[Transcript]:
         """Run one batch through the backend and decode every item."""
-        frame_ids = self._run(batch)
+        outputs = self._run(batch)
         return [
-            decode_transcript(ids, self.tokenizer, self.tags, u.duration_ms, u.options.itn)
-            for ids, u in zip(frame_ids, batch, strict=True)
+            transcript_of(
+                self._tokens(u, out), self.tokenizer, self.tags, u.duration_ms, u.options.itn
+            )
+            for out, u in zip(outputs, batch, strict=True)
         ]
+
+    def _tokens(self, utterance: Utterance, output: np.ndarray | ScoredFrames) -> CtcTokens:
+        """Greedy tokens, or with hotwords a biased search over the frames' candidates."""
+        if not isinstance(output, ScoredFrames):
+            return greedy_collapse(output)
+        options = utterance.options
+        if not options.hotwords:
+            return greedy_collapse(output.ids)
+        # The prompt frames carry the tags: greedy there, the search over the speech.
+        tags = greedy_collapse(output.ids[:PROMPT_FRAMES])
+        speech = prefix_beam_search(
+            output.topk_ids,
+            output.topk_logprobs,
+            beam=BEAM,
+            graph=self.hotwords.graph(options.hotwords, options.itn),
+            frame_offset=PROMPT_FRAMES,
+        )
+        return CtcTokens(
+            tags.ids + speech.ids,
+            tags.first_frame + speech.first_frame,
+            tags.last_frame + speech.last_frame,
+        )
 
     def transcribe(
         self, audios: Sequence[np.ndarray], options: DecodeOptions, batch_size: int = 8
@@ -97,8 +132,14 @@ class Recognizer:
                 results[i] = result
         return [r for r in results if r is not None]
 
-    def _run(self, batch: Sequence[Utterance]) -> list[np.ndarray]:
+    def _run(self, batch: Sequence[Utterance]) -> Sequence[np.ndarray | ScoredFrames]:
         options = [u.options for u in batch]
+        if self._scoring is not None and any(o.hotwords for o in options):
+            # One run for the whole batch: the items without hotwords read the same ids.
+            if self._audio_backend is not None:
+                audios = [_held(u.audio) for u in batch]
+                return self._scoring.run_scored(audios, options, audio=True)
+            return self._scoring.run_scored([_held(u.feats) for u in batch], options, audio=False)
         if self._audio_backend is not None:
             return self._audio_backend.run_audio([_held(u.audio) for u in batch], options)
         return self.backend.run([_held(u.feats) for u in batch], options)

@@ -22,9 +22,19 @@ def decode_transcript(
     requested_itn: bool,
 ) -> Transcript:
     """Greedy-decode one utterance's frame ids into text, tags, timed tokens and rich text."""
+    return transcript_of(greedy_collapse(frame_ids), tokenizer, tags, duration_ms, requested_itn)
+
+
+def transcript_of(
+    ctc: CtcTokens,
+    tokenizer: Tokenizer,
+    tags: TagTable,
+    duration_ms: int,
+    requested_itn: bool,
+) -> Transcript:
+    """Decoded tokens (greedy or searched) as text, tags, timed tokens and rich text."""
     if duration_ms < 0:
         raise ValueError(f"duration_ms must be >= 0; got {duration_ms}")
-    ctc = greedy_collapse(frame_ids)
     summary = tags.summarise(ctc.ids, requested_itn)
     text_ids = [token_id for token_id in ctc.ids if not tags.is_tag(token_id)]
     rich_ids = [token_id for token_id in ctc.ids if tags.kind(token_id) is not TagKind.OTHER]

@@ -27,6 +27,14 @@ ONNX_NAMES: Mapping[str, str] = {
     "int8": "model.int8.onnx",
     "fp16": "model.fp16.onnx",
 }
+
+
+def onnx_name(precision: str, scored: bool = False) -> str:
+    """The file name of an export: `model.int8.onnx`, or `model.scored.int8.onnx`."""
+    name = ONNX_NAMES[precision]
+    return name.replace("model.", "model.scored.", 1) if scored else name
+
+
 LOCAL_DIR_HINT = (
     "Point --model at a local directory holding model.pt, config.yaml, am.mvn, "
     "configuration.json and the tokenizer (for example a copy of iic/SenseVoiceSmall "
@@ -59,11 +67,12 @@ class ModelDir:
     def is_demo_model(self) -> bool:
         return self.demo_model is not None
 
-    def onnx_path(self, precision: str) -> Path:
-        """Where the ONNX export for `precision` lives inside this dir."""
+    def onnx_path(self, precision: str, scored: bool = False) -> Path:
+        """Where the ONNX export for `precision` lives inside this dir (`scored`: the one
+        that also outputs each frame's best candidates, for hotwords)."""
         if precision not in ONNX_NAMES:
             raise ValueError(f"no ONNX model for precision {precision!r}")
-        return self.path / ONNX_NAMES[precision]
+        return self.path / onnx_name(precision, scored)
 
 
 class SnapshotDownload(Protocol):

@@ -13,8 +13,12 @@ from torch import nn
 
 from engine.errors import WeightsMismatchError
 from engine.model.directory import ModelDir
+from engine.model.prompts import PROMPT_FRAMES
 
 FEATURE_DIM = 560
+#: Candidates per frame that biased decoding searches (CTC prefix beam search).
+TOPK = 8
+
 _M = TypeVar("_M", bound=nn.Module)
 VOCAB_SIZE = 25055
 log = logging.getLogger("sensestream.engine")
@@ -144,6 +148,35 @@ class CtcArgmax(nn.Module):
         if isinstance(encoder_out, tuple):
             encoder_out = encoder_out[0]
         return encoder_out, out_lens
+
+
+class CtcTopK(nn.Module):
+    """`CtcArgmax`'s outputs plus each speech frame's `k` best log-probabilities.
+
+    For biased (hotword) decoding, which searches beyond the argmax: only k ids and their
+    log-probabilities per frame leave the device, and only for the frames after the four
+    prompt frames (whose tags are decoded greedily). It shares the argmax model's weights.
+    """
+
+    def __init__(self, argmax: CtcArgmax, k: int = TOPK) -> None:
+        super().__init__()
+        self.argmax = argmax
+        self.k = k
+
+    def forward(
+        self,
+        speech: torch.Tensor,
+        speech_lengths: torch.Tensor,
+        language: torch.Tensor,
+        textnorm: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        encoder_out, out_lens = self.argmax.encode(speech, speech_lengths, language, textnorm)
+        logits = self.argmax.ctc_lo(encoder_out)
+        ids = logits.argmax(dim=-1).to(torch.int32)
+        # In fp32: half precision's log-softmax over 25k classes loses the small differences
+        # between candidates that the search ranks.
+        best = logits[:, PROMPT_FRAMES:].float().log_softmax(dim=-1).topk(self.k, dim=-1)
+        return ids, out_lens.to(torch.int32), best.indices.to(torch.int32), best.values
 
 
 def _submodule(parent: nn.Module, name: str, kind: type[_M]) -> _M:

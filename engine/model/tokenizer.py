@@ -75,6 +75,15 @@ class Tokenizer:
             return None
         return token_id
 
+    def encode(self, text: str) -> list[int]:
+        """The ids sentencepiece splits `text` into (the unknown id for what it cannot)."""
+        return [int(i) for i in self._sp.encode(text)]
+
+    @property
+    def unknown_id(self) -> int:
+        """The id sentencepiece gives what its vocabulary cannot spell."""
+        return int(self._sp.unk_id())
+
     def decode(self, ids: Sequence[int]) -> str:
         """Decode ids to text exactly as sentencepiece (and so funasr) does."""
         id_list = [int(i) for i in ids]

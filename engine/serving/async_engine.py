@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.client import EngineSnapshot
 from engine.decoding.recognizer import Recognizer, Utterance
-from engine.errors import AudioError, BackendOutOfMemoryError, EngineError
+from engine.errors import BackendOutOfMemoryError, EngineError, RequestError
 from engine.serving.builder import EngineParts
 from engine.serving.device_metrics import DeviceMetrics
 from engine.serving.dispatch import DeviceLoad, by_least_loaded
@@ -328,7 +328,7 @@ class AsyncEngine:
         results: list[InferenceResult] = []
         ready: list[tuple[InferenceRequest, Utterance]] = []
         for request, prepared in zip(batch.requests, self._prepare(recognizer, batch), strict=True):
-            if isinstance(prepared, AudioError):
+            if isinstance(prepared, RequestError):
                 results.append(InferenceResult(request.ref, None, prepared.code, str(prepared)))
             else:
                 ready.append((request, prepared))
@@ -343,7 +343,7 @@ class AsyncEngine:
         answers = [InferenceResult(r.ref, t) for (r, _), t in zip(ready, transcripts, strict=True)]
         return _Done(results + answers, failed=False)
 
-    def _prepare(self, recognizer: Recognizer, batch: Batch) -> list[Utterance | AudioError]:
+    def _prepare(self, recognizer: Recognizer, batch: Batch) -> list[Utterance | RequestError]:
         one = partial(_prepare_one, recognizer)
         if self._features is None or len(batch.requests) == 1:
             return [one(r) for r in batch.requests]
@@ -374,10 +374,10 @@ class AsyncEngine:
             self.metrics.requests.labels(request.kind.value, "dropped").inc()
 
 
-def _prepare_one(recognizer: Recognizer, request: InferenceRequest) -> Utterance | AudioError:
+def _prepare_one(recognizer: Recognizer, request: InferenceRequest) -> Utterance | RequestError:
     try:
         return recognizer.prepare(request.audio, request.options)
-    except AudioError as exc:
+    except RequestError as exc:  # bad audio, hotwords the model cannot write: this one fails
         return exc
 
 

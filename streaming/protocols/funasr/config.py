@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.types import Hotword
 from streaming.audio.decoder import STANDARD_RATES
-from streaming.commands import CLIENT_LANGUAGES, StreamOptions
+from streaming.commands import CLIENT_LANGUAGES, StreamOptions, hotwords_from
 from streaming.errors import InvalidFieldError
 from streaming.protocols.json_text import load_object
 
@@ -24,6 +25,8 @@ MODES = ("online", "offline", "2pass")
 WAV_FORMATS = ("pcm", "wav")
 #: The C++ servers' default; the Python server says "microphone".
 DEFAULT_WAV_NAME = "wav-default-id"
+#: FunASR's hotword weights (its clients send 20, 30, ...) to our per-token boost.
+FUNASR_WEIGHT_SCALE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,7 @@ class FunasrConfig:
     audio_fs: int = 16000
     svs_lang: str = "auto"
     svs_itn: bool = True
-    hotwords: tuple[str, ...] = ()
+    hotwords: tuple[Hotword, ...] = ()
 
     def options(self) -> StreamOptions:
         """The neutral stream options these settings ask for."""
@@ -85,10 +88,11 @@ def read_message(obj: Mapping[str, Any]) -> ClientText:
     return ClientText(changes, end=speaking is False or finished is True or ended is True)
 
 
-def parse_hotwords(value: Any) -> tuple[str, ...]:
-    """Hotword words from a JSON-object string, a plain space or comma list, or a dict."""
+def parse_hotwords(value: Any) -> tuple[Hotword, ...]:
+    """Hotwords from a JSON-object string of word: weight, a dict, or a plain space or comma
+    list (the default boost); FunASR's weights (20, 30, ...) are a tenth of our boost."""
     if isinstance(value, dict):
-        return _unique(str(word) for word in value)
+        return _weighted(value)
     if not isinstance(value, str):
         raise InvalidFieldError(
             "hotwords must be a string: a JSON object of word: weight, or words separated "
@@ -99,14 +103,22 @@ def parse_hotwords(value: Any) -> tuple[str, ...]:
     except (json.JSONDecodeError, RecursionError):
         parsed = None
     if isinstance(parsed, dict):
-        return _unique(str(word) for word in parsed)
+        return _weighted(parsed)
     # Not a JSON object: the C++ server then reads a plain list of words.
-    return _unique(re.split(r"[\s,，]+", value))
+    words = (word.strip() for word in re.split(r"[\s,，]+", value))
+    return hotwords_from(word for word in words if word)
 
 
-def _unique(words: Any) -> tuple[str, ...]:
-    stripped = (str(word).strip() for word in words)
-    return tuple(dict.fromkeys(word for word in stripped if word))
+def _weighted(obj: dict[Any, Any]) -> tuple[Hotword, ...]:
+    weights: dict[str, float] = {}
+    for word, weight in obj.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise InvalidFieldError(
+                f"hotword {word!r} needs a number as its weight; got {weight!r}"
+            )
+        if str(word).strip():
+            weights[str(word).strip()] = float(weight)
+    return hotwords_from(weights, scale=FUNASR_WEIGHT_SCALE, clamp=True)
 
 
 def _optional_bool(obj: Mapping[str, Any], key: str) -> bool | None:
@@ -170,7 +182,7 @@ def _audio_fs(key: str, value: Any) -> int:
     return rate
 
 
-def _hotwords(key: str, value: Any) -> tuple[str, ...]:
+def _hotwords(key: str, value: Any) -> tuple[Hotword, ...]:
     return parse_hotwords(value)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from streaming.audio.decoder import STANDARD_RATES, AudioFormat
-from streaming.commands import Configure, StreamOptions, TurnDetection
+from streaming.commands import Configure, StreamOptions, TurnDetection, hotwords_from
 from streaming.errors import InvalidFieldError
 from streaming.protocols.openai.fields import (
     RealtimeFieldError,
@@ -79,7 +79,7 @@ class Transcription:
     model: str | None = None  # None: the name of the model the server serves
     language: str = "auto"
     prompt: str = ""  # reported back, not used in decoding
-    keywords: tuple[str, ...] = ()  # become hotwords: reported back, not used
+    keywords: tuple[str, ...] = ()  # become hotwords (the prompt, free text, does not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,10 @@ class RealtimeSettings:
     def command(self) -> Configure:
         t = self.transcription
         options = StreamOptions(
-            language=t.language, turns=self.turns, hotwords=t.keywords, prompt=t.prompt
+            language=t.language,
+            turns=self.turns,
+            hotwords=hotwords_from(t.keywords),
+            prompt=t.prompt,
         )
         return Configure(self.audio, options)
 
@@ -218,10 +221,20 @@ def parse_transcription(value: object, param: str, current: Transcription) -> Tr
     if "prompt" in given:
         changes["prompt"] = _opt(given, "prompt", text, param) or ""
     if "keywords" in given:
-        changes["keywords"] = _opt(given, "keywords", strings, param) or ()
+        changes["keywords"] = _opt(given, "keywords", keywords, param) or ()
     _opt(given, "languages", strings, param)  # a newer hint: checked, then ignored
     _opt(given, "delay", text, param)
     return replace(current, **changes)
+
+
+def keywords(value: object, param: str) -> tuple[str, ...]:
+    """Keywords, each checked as a hotword here so that a bad one changes nothing."""
+    words = strings(value, param)
+    try:
+        hotwords_from(words)
+    except InvalidFieldError as exc:
+        raise RealtimeFieldError(str(exc), param) from exc
+    return words
 
 
 def parse_noise_reduction(value: object, param: str) -> NoiseReduction | None:

@@ -11,8 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.types import Hotword
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import CLIENT_LANGUAGES, Audio, Command, Configure, Stop, StreamOptions
+from streaming.commands import (
+    CLIENT_LANGUAGES,
+    Audio,
+    Command,
+    Configure,
+    Stop,
+    StreamOptions,
+    hotwords_from,
+)
 from streaming.errors import (
     InvalidFieldError,
     ProtocolError,
@@ -57,10 +66,12 @@ class StartMessage:
     channel_labels: tuple[str, ...] = ()  # names for the channels (default "0", "1")
     stream_id: str | None = None  # what subscribers follow the stream by
     webhook_url: str | None = None  # where the server POSTs the finals (if it allows it)
+    hotwords: tuple[Hotword, ...] = ()  # phrases decoding favours
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
         out["channel_labels"] = list(self.channel_labels)
+        out["hotwords"] = hotwords_json(self.hotwords)
         return out
 
     def to_command(self) -> Configure:
@@ -72,6 +83,7 @@ class StartMessage:
             self.event,
             self.timestamps,
             self.pace,
+            hotwords=self.hotwords,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -109,6 +121,7 @@ START_FIELDS: Mapping[str, type] = {
     "channel_labels": list,
     "stream_id": str,
     "webhook_url": str,
+    "hotwords": object,  # a list of phrases, or {phrase: boost}: read by `_hotwords`
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -136,6 +149,7 @@ def parse_client_text(text: str) -> ClientMessage:
 
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
     _reject_unknown(obj, tuple(START_FIELDS), "start")
+    hotwords = _hotwords(obj.pop("hotwords", []))
     for name, value in obj.items():
         expected = START_FIELDS[name]
         # bool is a subclass of int in Python; JSON true must not pass as 1.
@@ -151,10 +165,26 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
     labels = obj.pop("channel_labels", [])
     if not all(isinstance(label, str) for label in labels):
         raise InvalidFieldError("start.channel_labels must be a list of strings")
-    start = StartMessage(**obj, channel_labels=tuple(labels))
+    start = StartMessage(**obj, channel_labels=tuple(labels), hotwords=hotwords)
     # Audio fields, labels and stream id are checked by the command's own types, in one place.
     start.to_command()
     return start
+
+
+def _hotwords(value: object) -> tuple[Hotword, ...]:
+    """start.hotwords: a list of phrases (each at the default boost) or {phrase: boost}."""
+    if isinstance(value, list) and all(isinstance(p, str) for p in value):
+        return hotwords_from(value)
+    if isinstance(value, dict) and all(
+        isinstance(b, int | float) and not isinstance(b, bool) for b in value.values()
+    ):
+        return hotwords_from(value)
+    raise InvalidFieldError("start.hotwords must be a list of phrases or {phrase: boost}")
+
+
+def hotwords_json(hotwords: Sequence[Hotword]) -> dict[str, float]:
+    """Hotwords as `ready.config` echoes them: {phrase: boost}."""
+    return {h.phrase: h.boost for h in hotwords}
 
 
 def _reject_unknown(obj: Mapping[str, Any], known: tuple[str, ...], kind: str) -> None:
@@ -174,6 +204,7 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "channel_labels": list(event.channel_labels),
         "stream_id": event.stream_id or event.session_id,
         "webhook_url": event.webhook_url,
+        "hotwords": hotwords_json(options.hotwords),
     }
     return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 

@@ -18,7 +18,7 @@ from engine.model.directory import load_model_dir
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.budget import Architecture, CostModel, MemoryBudget
 from engine.serving.scheduler import Scheduler, SchedulerConfig
-from engine.types import DecodeOptions, InferenceRequest, InferenceResult, RequestKind
+from engine.types import DecodeOptions, Hotword, InferenceRequest, InferenceResult, RequestKind
 from tests.speech import Clip
 
 
@@ -206,6 +206,26 @@ def test_bad_audio_in_a_batch_fails_only_that_request(recognizer: Recognizer) ->
     results = {r.ref.utterance_id: r for r in asyncio.run(main())}
     assert results[0].error_code == "bad_audio"
     assert results[1].ok
+
+
+def test_hotwords_the_model_cannot_write_fail_only_that_request(recognizer: Recognizer) -> None:
+    async def main() -> list[InferenceResult]:
+        engine = make_engine(recognizer)
+        engine.start()
+        channel = engine.open_session("a")
+        audio = np.zeros(16000, np.float32)
+        unwritable = DecodeOptions(hotwords=(Hotword("\u2603 snowman"),))
+        writable = DecodeOptions(hotwords=(Hotword("hello world"),))
+        for i, options in enumerate((unwritable, writable, DecodeOptions())):
+            engine.submit(InferenceRequest("a", i, RequestKind.FINAL, audio, options, now()))
+        results = [await asyncio.wait_for(channel.get(), 30) for _ in range(3)]
+        await engine.close(timeout=10)
+        return results
+
+    results = {r.ref.utterance_id: r for r in asyncio.run(main())}
+    assert results[0].error_code == "unsupported_hotword"
+    assert "snowman" in (results[0].error_message or "")
+    assert results[1].ok and results[2].ok
 
 
 class RunsOutOfMemoryAboveTwo:

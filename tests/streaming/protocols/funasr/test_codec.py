@@ -11,7 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.types import InferenceRequest, InferenceResult, Token, Transcript
+from engine.types import (
+    DEFAULT_HOTWORD_BOOST,
+    MAX_HOTWORD_BOOST,
+    MAX_HOTWORDS,
+    Hotword,
+    InferenceRequest,
+    InferenceResult,
+    Token,
+    Transcript,
+)
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop, StreamOptions
 from streaming.errors import (
@@ -120,7 +129,8 @@ def test_config_fields_map_to_stream_options() -> None:
         encoder_chunk_look_back=4,
         decoder_chunk_look_back=0,
     )
-    options = replay(language="zh", itn=False, partials=False, hotwords=("阿里巴巴", "通义实验室"))
+    hotwords = (Hotword("阿里巴巴", 2.0), Hotword("通义实验室", 3.0))  # FunASR's weight / 10
+    options = replay(language="zh", itn=False, partials=False, hotwords=hotwords)
     assert c.decode(message) == [Configure(AudioFormat("pcm_s16le", 8000, 1), options)]
 
 
@@ -136,7 +146,24 @@ def test_config_fields_map_to_stream_options() -> None:
     ],
 )
 def test_hotwords_take_every_form_clients_send(value: Any, words: tuple[str, ...]) -> None:
-    assert parse_hotwords(value) == words
+    assert tuple(h.phrase for h in parse_hotwords(value)) == words
+
+
+def test_hotword_weights_become_boosts_within_range() -> None:
+    parsed = parse_hotwords('{"SenseStream": 20, "FunASR": 500, "zero": 0, "plain": 7.5}')
+    assert [(h.phrase, h.boost) for h in parsed] == [
+        ("SenseStream", 2.0),
+        ("FunASR", MAX_HOTWORD_BOOST),  # clamped, not refused: FunASR's weights are loose
+        ("zero", 0.1),
+        ("plain", 0.75),
+    ]
+    assert {h.boost for h in parse_hotwords("a b")} == {DEFAULT_HOTWORD_BOOST}
+    with pytest.raises(InvalidFieldError, match="weight"):
+        parse_hotwords('{"a": "high"}')
+    with pytest.raises(InvalidFieldError, match="at most"):
+        parse_hotwords(" ".join(f"w{i}" for i in range(MAX_HOTWORDS + 1)))
+    with pytest.raises(InvalidFieldError, match="characters"):
+        parse_hotwords("x" * 65)
 
 
 def test_unknown_keys_are_ignored_and_null_means_absent() -> None:
@@ -251,10 +278,10 @@ def test_frame_limits_close_codes_and_fatality() -> None:
     with pytest.raises(FrameTooLargeError) as big_audio:
         c.decode(b"\x00" * 2050)
     # Long hotword lists fit: text frames may be 64 KiB, counted in bytes.
-    words = " ".join(f"热词{i}" for i in range(3000))
+    words = " ".join(f"热词热词热词热词热词{i}" for i in range(MAX_HOTWORDS))
     assert 32 * 1024 < len(config(hotwords=words).encode()) < MAX_TEXT_BYTES
     (configure,) = c.decode(config(hotwords=words))
-    assert isinstance(configure, Configure) and len(configure.options.hotwords) == 3000
+    assert isinstance(configure, Configure) and len(configure.options.hotwords) == MAX_HOTWORDS
     with pytest.raises(FrameTooLargeError):
         c.decode(config(hotwords="热" * (MAX_TEXT_BYTES // 3 + 1)))
     assert c.close_code(big_audio.value) == 1009 and c.is_fatal(big_audio.value)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.types import InferenceRequest, InferenceResult, Token, Transcript
+from engine.types import Hotword, InferenceRequest, InferenceResult, Token, Transcript
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Clear, Command, Commit, Configure, TurnDetection
 from streaming.errors import (
@@ -295,7 +295,7 @@ def test_keywords_become_hotwords_and_are_echoed() -> None:
     c = codec()
     (command,) = c.decode(ga_update({"transcription": {"keywords": ["SenseVoice", "FunASR"]}}))
     assert isinstance(command, Configure)
-    assert command.options.hotwords == ("SenseVoice", "FunASR")
+    assert command.options.hotwords == (Hotword("SenseVoice"), Hotword("FunASR"))
     transcription = announce(c, (command,))["session"]["audio"]["input"]["transcription"]
     assert transcription["keywords"] == ["SenseVoice", "FunASR"]
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.types import Token, Transcript
+from engine.types import DEFAULT_HOTWORD_BOOST, Hotword, Token, Transcript
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.errors import (
@@ -50,6 +50,42 @@ def test_start_defaults_and_overrides() -> None:
     )
     assert msg == StartMessage(8000, "mulaw", 1, "zh", False, False, False, False, False)
     assert parse_client_text('{"type":"stop"}') == StopMessage()
+
+
+def test_hotwords_are_phrases_or_phrases_with_boosts_and_are_echoed() -> None:
+    listed = parse_client_text('{"type":"start","hotwords":["Acme Corp","  Zed  "]}')
+    assert isinstance(listed, StartMessage)
+    assert listed.hotwords == (Hotword("Acme Corp"), Hotword("Zed"))
+    boosted = parse_client_text('{"type":"start","hotwords":{"Acme Corp":4,"Zed":1.5}}')
+    assert isinstance(boosted, StartMessage)
+    assert boosted.hotwords == (Hotword("Acme Corp", 4.0), Hotword("Zed", 1.5))
+    command = boosted.to_command()
+    assert command.options.hotwords == boosted.hotwords
+    ready = json.loads(dump_event(Configured("s1", command.audio, command.options, "m", False)))
+    assert ready["config"]["hotwords"] == {"Acme Corp": 4.0, "Zed": 1.5}
+    assert listed.to_dict()["hotwords"] == {"Acme Corp": DEFAULT_HOTWORD_BOOST, "Zed": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"type":"start","hotwords":"Acme"}', "list of phrases"),
+        ('{"type":"start","hotwords":[1,2]}', "list of phrases"),
+        ('{"type":"start","hotwords":{"Acme":"high"}}', "list of phrases"),
+        ('{"type":"start","hotwords":{"Acme":true}}', "list of phrases"),
+        ('{"type":"start","hotwords":{"Acme":11}}', "boost"),
+        ('{"type":"start","hotwords":{"Acme":0}}', "boost"),
+        ('{"type":"start","hotwords":[""]}', "characters"),
+        ('{"type":"start","hotwords":["' + "x" * 65 + '"]}', "characters"),
+        (
+            '{"type":"start","hotwords":[' + ",".join(f'"w{i}"' for i in range(1001)) + "]}",
+            "at most",
+        ),
+    ],
+)
+def test_bad_hotwords_are_invalid_fields(text: str, fragment: str) -> None:
+    with pytest.raises(InvalidFieldError, match=fragment):
+        parse_client_text(text)
 
 
 @pytest.mark.parametrize(

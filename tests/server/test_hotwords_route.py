@@ -1,0 +1,121 @@
+"""Each protocol's hotword field reaches the decoder: a real server with the demo model.
+
+A phrase the demo model cannot write (characters outside its vocabulary) is refused by the
+engine's decoder, by name, through every protocol's own error form; phrases it can write
+decode as before, and v1's `ready` echoes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+import websockets
+from openai import AsyncOpenAI
+
+from sensestream.client import SessionOptions, converse, pcm16, split
+from tests.server.conftest import ServerProcess
+from tools.speech import load, synthesize
+
+UNWRITABLE = "阿里巴巴"  # the demo model knows English pieces only
+SPOKEN = "your appointment is at three thirty p m"
+WRITTEN = "Your appointment is at 3:30 PM."
+FAILED = "conversation.item.input_audio_transcription.failed"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+
+
+@pytest.fixture(scope="module")
+def server(demo_model: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(demo_model)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    audio = load(synthesize(SPOKEN, "en-us", tmp_path_factory.mktemp("hotwords")))
+    return np.concatenate([audio, np.zeros(16000, np.float32)])  # a pause ends the utterance
+
+
+def host(server: ServerProcess) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+async def v1(server: ServerProcess, audio: np.ndarray, hotwords: Any) -> list[dict[str, Any]]:
+    start = {"type": "start", "language": "en", "pace": "replay", "hotwords": hotwords}
+    options = SessionOptions(start=start, frame_s=0.1, speed=0.0, drain_timeout_s=30)
+    outcome = await converse(f"ws://{host(server)}/ws", split(pcm16(audio), 3200), options)
+    return list(outcome.events)
+
+
+def test_v1_hotwords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
+    refused = asyncio.run(v1(server, speech, [UNWRITABLE, "appointment"]))
+    errors = [e for e in refused if e["type"] == "error"]
+    assert errors and {e["code"] for e in errors} == {"unsupported_hotword"}
+    assert UNWRITABLE in errors[0]["message"] and "appointment" not in errors[0]["message"]
+    taken = asyncio.run(v1(server, speech, {"appointment": 3}))
+    (ready,) = [e for e in taken if e["type"] == "ready"]
+    assert ready["config"]["hotwords"] == {"appointment": 3.0}
+    assert [e["text"] for e in taken if e["type"] == "final"] == [WRITTEN]
+
+
+async def funasr(server: ServerProcess, audio: np.ndarray, hotwords: str) -> list[dict[str, Any]]:
+    start = {"mode": "offline", "wav_name": "call", "is_speaking": True, "svs_lang": "en"}
+    async with websockets.connect(f"ws://{host(server)}/funasr") as ws:
+        await ws.send(json.dumps({**start, "hotwords": hotwords}))
+        for frame in split(pcm16(audio), 6400):
+            await ws.send(frame)
+        await ws.send(json.dumps({"is_speaking": False}))
+        return [json.loads(message) async for message in ws]
+
+
+def test_funasr_hotwords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
+    refused = asyncio.run(funasr(server, speech, json.dumps({UNWRITABLE: 20})))
+    codes = [m["error"]["code"] for m in refused if isinstance(m.get("error"), dict)]
+    assert codes and set(codes) == {"unsupported_hotword"}
+    taken = asyncio.run(funasr(server, speech, json.dumps({"appointment": 20})))
+    assert not [m for m in taken if m.get("error")]
+    assert [m["text"] for m in taken if m["text"]] == [WRITTEN]
+
+
+async def realtime(server: ServerProcess, audio: np.ndarray, keywords: list[str]) -> Any:
+    client = AsyncOpenAI(
+        api_key="EMPTY",
+        base_url=f"http://{host(server)}/v1",
+        websocket_base_url=f"ws://{host(server)}/v1",
+        max_retries=0,
+    )
+    pcm = pcm16(soxr.resample(audio, 16000, 24000))
+    session: Any = {
+        "type": "transcription",
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "transcription": {"language": "en", "keywords": keywords},
+                "turn_detection": None,
+            }
+        },
+    }
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        await conn.session.update(session=session)
+        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm).decode())
+        await conn.input_audio_buffer.commit()
+        async for event in conn:
+            if event.type in (FAILED, COMPLETED, "error"):
+                return event
+    raise AssertionError("the session ended without an answer")
+
+
+def test_openai_keywords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
+    refused = asyncio.run(realtime(server, speech, [UNWRITABLE]))
+    assert refused.type == FAILED and refused.error.code == "unsupported_hotword"
+    assert UNWRITABLE in refused.error.message
+    taken = asyncio.run(realtime(server, speech, ["appointment"]))
+    assert taken.type == COMPLETED and taken.transcript == WRITTEN
