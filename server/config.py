@@ -28,6 +28,7 @@ from engine.serving.devices import parse_devices
 from engine.serving.scheduler import SchedulerConfig
 from server import config_help
 from server.engines.url import parse_engine_url
+from server.hotwords_file import read_hotwords_file
 from server.http.auth import OriginPolicy
 from server.http.client_address import TrustedProxies
 from server.streams.webhooks import url_parts
@@ -231,6 +232,8 @@ class SessionSettings:
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
     # adds contention; on a 16-core GPU host it took 64 streams from failing to passing).
     vad_thread: bool | None = None
+    # Phrases every session's decoding favours, after its own (server/hotwords_file.py).
+    hotwords_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.vad not in ("fsmn", "webrtc"):
@@ -263,6 +266,7 @@ class SessionSettings:
             test_model=test_model,
             demo_model=demo_model,
             early_final_ms=self.early_final_ms,
+            hotwords=() if self.hotwords_file is None else read_hotwords_file(self.hotwords_file),
         )
 
 

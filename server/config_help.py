@@ -171,6 +171,10 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Run live streams' VAD on a thread of its own, not the event loop; "
             "auto (unset, or auto in the environment or file): on when a local GPU decodes."
         ),
+        "hotwords_file": (
+            "Phrases every session's decoding favours, after its own: a file of one phrase "
+            "a line, optionally a tab and its boost (0..10, default 2); # starts a comment."
+        ),
         # engine
         "engine_url": (
             "Where the engine runs: local (this process), unix:PATH[,PATH...] "

@@ -6,7 +6,7 @@ The session core takes only these; a protocol adds a codec, never session logic.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.types import (
@@ -178,3 +178,10 @@ def hotwords_from(
     if len(seen) > MAX_HOTWORDS:
         raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(seen)}")
     return tuple(seen.values())
+
+
+def merged_hotwords(own: Sequence[Hotword], server: Sequence[Hotword]) -> tuple[Hotword, ...]:
+    """A session's hotwords, then the server's it does not name, up to the limit."""
+    named = {h.phrase for h in own}
+    extra = [h for h in server if h.phrase not in named]
+    return (*own, *extra[: max(0, MAX_HOTWORDS - len(own))])

@@ -19,6 +19,7 @@ import numpy as np
 from engine.types import (
     SAMPLE_RATE,
     DecodeOptions,
+    Hotword,
     InferenceRequest,
     InferenceResult,
     RequestKind,
@@ -37,6 +38,7 @@ from streaming.commands import (
     Mark,
     Stop,
     StreamOptions,
+    merged_hotwords,
 )
 from streaming.errors import EmptyCommitError, ProtocolError, StateError
 from streaming.events import (
@@ -88,6 +90,8 @@ class SessionConfig:
     # A deferred VAD job's most blocks: the VAD thread is shared by audio seconds, so a
     # fast sender's backlog takes turns with live streams' blocks instead of going first.
     max_job_blocks: int = 10
+    # The server's hotwords (`--hotwords-file`), favoured after each session's own.
+    hotwords: tuple[Hotword, ...] = ()
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -718,7 +722,8 @@ class Session:
 
     def _decode_options(self) -> DecodeOptions:
         options = self._options
-        return DecodeOptions(options.language, options.itn, options.hotwords)
+        hotwords = merged_hotwords(options.hotwords, self._config.hotwords)
+        return DecodeOptions(options.language, options.itn, hotwords)
 
     def _toggle(self, name: str) -> bool:
         return bool(getattr(self._options, name))

@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from engine.types import InferenceRequest, InferenceResult, RequestKind
-from streaming.commands import Audio, Configure, Cut, Stop
+from engine.types import MAX_HOTWORDS, Hotword, InferenceRequest, InferenceResult, RequestKind
+from streaming.commands import Audio, Configure, Cut, Stop, merged_hotwords
 from streaming.errors import InvalidAudioError, StateError, UnknownMessageTypeError
 from streaming.events import (
     Configured,
@@ -432,3 +432,24 @@ def test_a_cut_ends_the_utterance_in_progress_and_speech_goes_on_in_the_next() -
     spans = [(f.start_ms, f.end_ms) for f in finals(events)]
     assert spans[0] == (200, 1500) and spans[1][0] == 1500  # the speech after it goes on
     assert spans[1][1] >= 2900
+
+
+def test_requests_carry_the_streams_hotwords_then_the_servers() -> None:
+    server = (Hotword("Acme Corp", 3.0), Hotword("Zed"))
+    session = make_session(hotwords=server)
+    session.receive_text('{"type":"start","hotwords":{"Zed":1.0,"Kowalski":4}}', now=0.0)
+    audio = tone_bursts([(0.3, 1.5)], 2.5)
+    (request,) = final_requests(collect_requests(session, to_s16le(audio), 1600))
+    # The stream's own boost for Zed wins; the server's phrases it does not name follow.
+    assert request.options.hotwords == (
+        Hotword("Zed", 1.0),
+        Hotword("Kowalski", 4.0),
+        Hotword("Acme Corp", 3.0),
+    )
+
+
+def test_merged_hotwords_stop_at_the_limit() -> None:
+    own = tuple(Hotword(f"own {i}") for i in range(MAX_HOTWORDS - 1))
+    server = (Hotword("own 0"), Hotword("server 1"), Hotword("server 2"))
+    merged = merged_hotwords(own, server)
+    assert len(merged) == MAX_HOTWORDS and merged[-1] == Hotword("server 1")
