@@ -185,3 +185,20 @@ def merged_hotwords(own: Sequence[Hotword], server: Sequence[Hotword]) -> tuple[
     named = {h.phrase for h in own}
     extra = [h for h in server if h.phrase not in named]
     return (*own, *extra[: max(0, MAX_HOTWORDS - len(own))])
+
+
+#: A prompt is read as hotwords only when it is a list of phrases this short.
+MAX_PROMPT_PHRASE_WORDS = 4
+
+
+def prompt_keywords(prompt: str) -> tuple[str, ...]:
+    """The phrases of a prompt that lists them (split by commas, semicolons or lines, each
+    of at most four words, no sentence inside); () for free text, which is no hotword list."""
+    items = [" ".join(p.split()) for p in re.split(r"[,;\n]", prompt)]
+    phrases = [p for p in items if p]
+    if not phrases:
+        return ()
+    for phrase in phrases:
+        if len(phrase.split()) > MAX_PROMPT_PHRASE_WORDS or re.search(r"[.!?]\s|[.!?]$", phrase):
+            return ()
+    return tuple(dict.fromkeys(phrases))

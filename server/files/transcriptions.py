@@ -22,10 +22,18 @@ import soundfile as sf
 import soxr
 
 from engine.client import EngineClient
+from engine.errors import HotwordError
 from engine.types import SAMPLE_RATE, InferenceResult
 from server.files.mpeg import ChildDecoder, DecodeError, is_mpeg, reason
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import Audio, Configure, Stop, StreamOptions
+from streaming.commands import (
+    Audio,
+    Configure,
+    Stop,
+    StreamOptions,
+    hotwords_from,
+    prompt_keywords,
+)
 from streaming.events import Ended, Failed, Final
 from streaming.protocols.openai.files import FileApiError, TranscriptionJob
 from streaming.session import Session, SessionConfig
@@ -170,7 +178,11 @@ class FileJob:
     async def finals(self, job: TranscriptionJob) -> AsyncIterator[Final]:
         """Yield the file's finals in order; raises FileApiError if an utterance fails."""
         options = StreamOptions(
-            language=job.language, partials=False, pace="replay", prompt=job.prompt
+            language=job.language,
+            partials=False,
+            pace="replay",
+            prompt=job.prompt,
+            hotwords=hotwords_from(prompt_keywords(job.prompt)),
         )
         feeder = asyncio.create_task(self._feed(options))
         collector = asyncio.create_task(self._collect())
@@ -181,6 +193,8 @@ class FileJob:
                 if isinstance(event, Ended):
                     return
                 if isinstance(event, Failed):
+                    if event.code == HotwordError.code:  # the prompt's phrases: the client's
+                        raise FileApiError(400, event.message, "prompt", event.code)
                     message = f"part of the audio could not be decoded: {event.message}"
                     raise FileApiError(500, message, code=event.code)
                 yield event

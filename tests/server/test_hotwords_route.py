@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import soundfile as sf
 import soxr
 import websockets
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, BadRequestError
 
 from sensestream.client import SessionOptions, converse, pcm16, split
 from tests.server.conftest import ServerProcess
@@ -119,3 +121,25 @@ def test_openai_keywords_reach_the_decoder(server: ServerProcess, speech: np.nda
     assert UNWRITABLE in refused.error.message
     taken = asyncio.run(realtime(server, speech, ["appointment"]))
     assert taken.type == COMPLETED and taken.transcript == WRITTEN
+
+
+async def file_api(server: ServerProcess, audio: np.ndarray, prompt: str) -> Any:
+    client = AsyncOpenAI(api_key="EMPTY", base_url=f"http://{host(server)}/v1", max_retries=0)
+    wav = io.BytesIO()
+    sf.write(wav, audio, 16000, format="WAV", subtype="PCM_16")
+    return await client.audio.transcriptions.create(
+        model="sensevoice", file=("call.wav", wav.getvalue()), prompt=prompt, language="en"
+    )
+
+
+def test_a_file_api_prompt_that_lists_phrases_reaches_the_decoder(
+    server: ServerProcess, speech: np.ndarray
+) -> None:
+    with pytest.raises(BadRequestError) as info:
+        asyncio.run(file_api(server, speech, f"{UNWRITABLE}, Acme"))
+    error = info.value.body
+    assert isinstance(error, dict) and error["code"] == "unsupported_hotword"
+    assert error["param"] == "prompt" and UNWRITABLE in error["message"]
+    # Free text is no hotword list: not refused, not used.
+    assert asyncio.run(file_api(server, speech, f"A call in {UNWRITABLE}.")).text == WRITTEN
+    assert asyncio.run(file_api(server, speech, "appointment, Acme")).text == WRITTEN

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.types import Token
-from streaming.commands import CLIENT_LANGUAGES
+from streaming.commands import CLIENT_LANGUAGES, hotwords_from, prompt_keywords
+from streaming.errors import InvalidFieldError
 from streaming.events import Final
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -91,8 +92,13 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
     stream = one("stream", "false").lower()
     if stream not in ("true", "false"):
         raise FileApiError(400, f"stream must be true or false; got {stream!r}", "stream")
+    prompt = one("prompt")
+    try:  # a prompt that lists phrases becomes hotwords: checked as they are
+        hotwords_from(prompt_keywords(prompt))
+    except InvalidFieldError as exc:
+        raise FileApiError(400, str(exc), "prompt") from exc
     return TranscriptionJob(
-        model, language, one("prompt"), response_format, granularities, stream == "true"
+        model, language, prompt, response_format, granularities, stream == "true"
     )
 
 

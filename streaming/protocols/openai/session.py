@@ -11,7 +11,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from streaming.audio.decoder import STANDARD_RATES, AudioFormat
-from streaming.commands import Configure, StreamOptions, TurnDetection, hotwords_from
+from streaming.commands import (
+    Configure,
+    StreamOptions,
+    TurnDetection,
+    hotwords_from,
+    prompt_keywords,
+)
 from streaming.errors import InvalidFieldError
 from streaming.protocols.openai.fields import (
     RealtimeFieldError,
@@ -111,7 +117,8 @@ class RealtimeSettings:
         options = StreamOptions(
             language=t.language,
             turns=self.turns,
-            hotwords=hotwords_from(t.keywords),
+            # Keywords, and a prompt that lists phrases (free text is no hotword list).
+            hotwords=hotwords_from([*t.keywords, *prompt_keywords(t.prompt)]),
             prompt=t.prompt,
         )
         return Configure(self.audio, options)
@@ -219,12 +226,22 @@ def parse_transcription(value: object, param: str, current: Transcription) -> Tr
     if "language" in given:
         changes["language"] = language_option(given["language"], join(param, "language"))
     if "prompt" in given:
-        changes["prompt"] = _opt(given, "prompt", text, param) or ""
+        changes["prompt"] = _opt(given, "prompt", prompt, param) or ""
     if "keywords" in given:
         changes["keywords"] = _opt(given, "keywords", keywords, param) or ()
     _opt(given, "languages", strings, param)  # a newer hint: checked, then ignored
     _opt(given, "delay", text, param)
     return replace(current, **changes)
+
+
+def prompt(value: object, param: str) -> str:
+    """The prompt; one that lists phrases is checked as hotwords here."""
+    given = text(value, param)
+    try:
+        hotwords_from(prompt_keywords(given))
+    except InvalidFieldError as exc:
+        raise RealtimeFieldError(str(exc), param) from exc
+    return given
 
 
 def keywords(value: object, param: str) -> tuple[str, ...]:

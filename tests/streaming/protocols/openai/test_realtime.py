@@ -828,3 +828,18 @@ def test_a_fatal_error_still_delivers_the_owed_final() -> None:
     assert (error["code"], error["event_id"]) == ("frame_too_large", "big")
     assert d.wire[-1]["type"].endswith("completed")
     assert d.session.finished
+
+
+def test_a_prompt_that_lists_phrases_adds_hotwords_and_free_text_does_not() -> None:
+    c = codec()
+    listing = {"keywords": ["SenseVoice"], "prompt": "Acme Corp, SenseVoice, Kowalski"}
+    (command,) = c.decode(ga_update({"transcription": listing}))
+    assert isinstance(command, Configure)
+    assert command.options.hotwords == (
+        Hotword("SenseVoice"),
+        Hotword("Acme Corp"),
+        Hotword("Kowalski"),
+    )
+    (command,) = c.decode(ga_update({"transcription": {"prompt": "A call about a refund."}}))
+    assert isinstance(command, Configure)
+    assert command.options.hotwords == (Hotword("SenseVoice"),)  # keywords stay
