@@ -407,7 +407,11 @@ class Session:
         self._announce(command)
 
     def _announce(self, command: Configure) -> None:
-        self._options = command.options
+        # The effective hotwords (the stream's own, then the server's) are what decoding
+        # uses and what `Configured` reports.
+        own = command.options.hotwords
+        options = replace(command.options, hotwords=merged_hotwords(own, self._config.hotwords))
+        self._options = options
         limits = self._config.limits
         rate = limits.max_replay_rate if command.options.pace == "replay" else limits.max_rate
         self._meter = self._meter.with_rate(rate, limits.burst_s)
@@ -416,7 +420,7 @@ class Session:
             Configured(
                 self.session_id,
                 command.audio,
-                command.options,
+                options,
                 config.model_name,
                 config.test_model,
                 stream_id=self._stream_id,
@@ -722,8 +726,7 @@ class Session:
 
     def _decode_options(self) -> DecodeOptions:
         options = self._options
-        hotwords = merged_hotwords(options.hotwords, self._config.hotwords)
-        return DecodeOptions(options.language, options.itn, hotwords)
+        return DecodeOptions(options.language, options.itn, options.hotwords)
 
     def _toggle(self, name: str) -> bool:
         return bool(getattr(self._options, name))

@@ -453,3 +453,16 @@ def test_merged_hotwords_stop_at_the_limit() -> None:
     server = (Hotword("own 0"), Hotword("server 1"), Hotword("server 2"))
     merged = merged_hotwords(own, server)
     assert len(merged) == MAX_HOTWORDS and merged[-1] == Hotword("server 1")
+
+
+def test_the_servers_hotwords_apply_without_a_start_and_ready_reports_them() -> None:
+    server = (Hotword("Acme Corp", 3.0),)
+    session = make_session(hotwords=server)
+    audio = tone_bursts([(0.3, 1.5)], 2.5)
+    events = run(session, to_s16le(audio), 1600)
+    (ready,) = [e for e in wire(events) if e["type"] == "ready"]
+    assert ready["config"]["hotwords"] == {"Acme Corp": 3.0}
+    requests = final_requests(
+        collect_requests(make_session(hotwords=server), to_s16le(audio), 1600)
+    )
+    assert [r.options.hotwords for r in requests] == [server]
