@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import soundfile as sf
 
+from tests.speech import Clip, three_sentences
 from tools.spawn import ServerSpec, SpawnedServer, spawn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +85,23 @@ def unready_server(
         entry=entry,
     )
     return SpawnedServer(spec)
+
+
+#: The key of the stream_file.py tests' server (`keyed`).
+STREAM_FILE_KEY = "stream-file-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def keyed(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    """A server that wants `STREAM_FILE_KEY`."""
+    proc = ServerProcess(tiny_model_dir, "--api-keys", STREAM_FILE_KEY)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def talk(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three sentences, so three finals (and some partials) from the tiny model."""
+    path = tmp_path_factory.mktemp("stream_file") / "talk.wav"
+    sf.write(path, three_sentences(speech_clips), 16000, subtype="PCM_16")
+    return path

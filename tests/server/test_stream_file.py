@@ -13,11 +13,9 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import soundfile as sf
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Response
@@ -26,27 +24,11 @@ from sensestream.client import refusal
 from sensestream.stream.live import LiveView, display_width, live_line
 from sensestream.stream.output import out_is_dir, plan_output
 from tests.server.conftest import REPO, ServerProcess
-from tests.speech import Clip, three_sentences
+from tests.server.conftest import STREAM_FILE_KEY as KEY
 
-KEY = "stream-file-key-0123456789"
 SCRIPT = [sys.executable, "scripts/stream_file.py"]
 ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LIVE_FINAL = re.compile(r"\[\d\d:\d\d:\d\d\.\d{3}\] ")
-
-
-@pytest.fixture(scope="module")
-def keyed(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def talk(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three sentences, so three finals (and some partials) from the tiny model."""
-    path = tmp_path_factory.mktemp("stream_file") / "talk.wav"
-    sf.write(path, three_sentences(speech_clips), 16000, subtype="PCM_16")
-    return path
 
 
 def env_without(*names: str, **extra: str) -> dict[str, str]:

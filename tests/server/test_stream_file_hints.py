@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,10 @@ from sensestream.client import (
 from sensestream.stream.live import display_width, live_line
 from sensestream.stream.output import StreamResult, render
 from tests.server.conftest import REPO, ServerProcess
-from tests.speech import Clip, three_sentences
+from tests.server.conftest import STREAM_FILE_KEY as KEY
+from tests.speech import Clip
 from tools.speech import noise_floor
 
-KEY = "stream-file-hints-key-0123456789"
 SCRIPT = [sys.executable, "scripts/stream_file.py"]
 #: The wrong endpoint must be named well within this (the whole process, start-up included).
 HINT_WITHIN_S = 2.0
@@ -42,20 +41,6 @@ class Run:
     stdout: str
     stderr: str
     seconds: float
-
-
-@pytest.fixture(scope="module")
-def keyed(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tiny_model_dir, "--api-keys", KEY)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def talk(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("hints") / "talk.wav"
-    sf.write(path, three_sentences(speech_clips), SR, subtype="PCM_16")
-    return path
 
 
 @pytest.fixture(scope="module")
