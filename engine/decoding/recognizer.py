@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.backends.base import AudioBackend, Backend, ScoredFrames, ScoringBackend
 from engine.decoding.beam_search import prefix_beam_search
+from engine.decoding.context_graph import ContextGraph
 from engine.decoding.ctc import CtcTokens, greedy_collapse
 from engine.decoding.hotwords import HotwordCompiler
 from engine.decoding.transcript import transcript_of
@@ -92,20 +93,7 @@ class Recognizer:
         options = utterance.options
         if not options.hotwords:
             return greedy_collapse(output.ids)
-        # The prompt frames carry the tags: greedy there, the search over the speech.
-        tags = greedy_collapse(output.ids[:PROMPT_FRAMES])
-        speech = prefix_beam_search(
-            output.topk_ids,
-            output.topk_logprobs,
-            beam=BEAM,
-            graph=self.hotwords.graph(options.hotwords, options.itn),
-            frame_offset=PROMPT_FRAMES,
-        )
-        return CtcTokens(
-            tags.ids + speech.ids,
-            tags.first_frame + speech.first_frame,
-            tags.last_frame + speech.last_frame,
-        )
+        return biased_tokens(output, self.hotwords.graph(options.hotwords, options.itn), BEAM)
 
     def transcribe(
         self, audios: Sequence[np.ndarray], options: DecodeOptions, batch_size: int = 8
@@ -143,6 +131,23 @@ class Recognizer:
         if self._audio_backend is not None:
             return self._audio_backend.run_audio([_held(u.audio) for u in batch], options)
         return self.backend.run([_held(u.feats) for u in batch], options)
+
+
+def biased_tokens(output: ScoredFrames, graph: ContextGraph, beam: int) -> CtcTokens:
+    """Tags greedily from the prompt frames, then the biased search over the speech."""
+    tags = greedy_collapse(output.ids[:PROMPT_FRAMES])
+    speech = prefix_beam_search(
+        output.topk_ids,
+        output.topk_logprobs,
+        beam=beam,
+        graph=graph,
+        frame_offset=PROMPT_FRAMES,
+    )
+    return CtcTokens(
+        tags.ids + speech.ids,
+        tags.first_frame + speech.first_frame,
+        tags.last_frame + speech.last_frame,
+    )
 
 
 def _held(array: np.ndarray | None) -> np.ndarray:
