@@ -54,12 +54,16 @@ class ScoredFrames:
 
     ids: np.ndarray  # [T + 4] int32
     topk_ids: np.ndarray  # [T, K] int32, best first
-    topk_logprobs: np.ndarray  # [T, K] float32 log-probabilities
+    topk_logprobs: np.ndarray  # [T, K] float32 log-probabilities, renormalised over the K
 
 
 @runtime_checkable
 class ScoringBackend(Backend, Protocol):
     """A backend that can also hand back each frame's best candidates."""
+
+    def scoring_ready(self) -> bool:
+        """Whether `run_scored` can run now (a backend may still be preparing for it)."""
+        ...
 
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ import numpy as np
 
 from engine.backends.base import ScoredFrames
 from engine.backends.graph_cache import open_with_graph_cache
-from engine.errors import BackendOutOfMemoryError, BackendUnavailableError
+from engine.errors import BackendOutOfMemoryError, BackendUnavailableError, EngineError
 from engine.features.fbank import pad_batch
 from engine.model.directory import ModelDir
 from engine.model.prompts import PROMPT_FRAMES, prompt_arrays
@@ -28,6 +30,7 @@ TRT_OPT = "speech:8x167x560,speech_lengths:8,language:8,textnorm:8"
 TRT_MAX = "speech:64x500x560,speech_lengths:64,language:64,textnorm:64"
 
 Runner = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
+log = logging.getLogger("sensestream.engine")
 
 
 def select_providers(
@@ -122,15 +125,17 @@ class OnnxBackend:
         # Only a CPU graph is kept: a GPU provider's graph holds its own fused nodes.
         cache = None if on_gpu else graph_cache
         self._session = _open_session(path, providers, threads, cache, arena=not on_gpu)
-        # The graph with each frame's candidates, opened at the first request with hotwords.
-        self._scored_path = scored_path
-        self._scored: Any = None
-        self._open_scored: Callable[[Path], Any] = lambda p: _open_session(
-            p, providers, threads, None, arena=not on_gpu
-        )
         self._run_options = _run_options(on_gpu)
         kind = "trt" if _provider_name(providers[0]) == "TensorrtExecutionProvider" else None
         self._label = f"onnx-{precision}-{kind or device.partition(':')[0]}"
+        # The graph with each frame's candidates, for hotwords: made and opened on a thread
+        # of its own when the first request with hotwords comes (an export of the full
+        # model takes most of a minute, which no batch should wait for).
+        self._scored = ScoredGraph(
+            scored_path,
+            lambda p: _open_session(p, providers, threads, None, arena=not on_gpu),
+            self._label,
+        )
         bind = on_gpu if io_binding is None else io_binding
         self._runner: Runner = (
             BoundRunner(
@@ -195,17 +200,71 @@ class OnnxBackend:
             for i in range(len(inputs))
         ]
 
+    def scoring_ready(self) -> bool:
+        """Whether `run_scored` can run now; the first call starts making the graph."""
+        return self._scored.ready()
+
+    def wait_for_scoring(self, timeout: float) -> bool:
+        """Start making the scored graph and wait for it (benchmarks, tests, warm-ups)."""
+        if self._scored.ready():
+            return True
+        self._scored.finished.wait(timeout)
+        return self._scored.session is not None
+
     def _scored_session(self) -> Any:
-        # Only the device's thread calls this, so opening it once needs no lock.
-        if self._scored is None:
-            if self._scored_path is None:
-                raise BackendUnavailableError(f"{self._label} has no scored graph for hotwords")
-            self._scored = self._open_scored(self._scored_path())
-        return self._scored
+        session = self._scored.session
+        if session is None:
+            raise BackendUnavailableError(f"{self._label}: the scored graph is not open yet")
+        return session
 
     def _run_plain(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         ids, lens = self._session.run(list(OUTPUT_NAMES), inputs, self._run_options)
         return ids, lens
+
+
+class ScoredGraph:
+    """The scored graph of a backend, made and opened once on a thread of its own."""
+
+    def __init__(
+        self, path: Callable[[], Path] | None, open_session: Callable[[Path], Any], label: str
+    ) -> None:
+        self._path = path
+        self._open_session = open_session
+        self._label = label
+        self.session: Any = None  # set once, by the loading thread
+        self.finished = threading.Event()  # the loading thread is done, opened or not
+        self._started = False
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        """True once open; the first call starts the loading thread."""
+        if self.session is not None:
+            return True
+        with self._lock:
+            if not self._started and self._path is not None:
+                self._started = True
+                threading.Thread(target=self._load, name="scored-graph", daemon=True).start()
+        return False
+
+    def _load(self) -> None:
+        try:
+            self._open()
+        finally:
+            self.finished.set()
+
+    def _open(self) -> None:
+        if self._path is None:
+            return
+        log.info(
+            "%s: making the scored graph for hotwords (they decode greedily meanwhile)", self._label
+        )
+        try:
+            self.session = self._open_session(self._path())
+        except (EngineError, OSError, RuntimeError) as exc:
+            # Hotwords then stay greedy; the server goes on.
+            log.error("%s: no scored graph, hotwords decode greedily: %s", self._label, exc)
+            return
+        log.info("%s: the scored graph is open: hotwords bias decoding from now on", self._label)
 
 
 class BoundRunner:

@@ -183,6 +183,10 @@ class TorchBackend:
             for i in range(len(inputs))
         ]
 
+    def scoring_ready(self) -> bool:
+        """Always: the scored model shares the loaded weights."""
+        return True
+
     def _audio_frontend(self) -> DeviceFrontend:
         if self._frontend is None:
             raise RuntimeError(f"{self._label} computes no features; call run()")

@@ -122,12 +122,13 @@ class Recognizer:
 
     def _run(self, batch: Sequence[Utterance]) -> Sequence[np.ndarray | ScoredFrames]:
         options = [u.options for u in batch]
-        if self._scoring is not None and any(o.hotwords for o in options):
+        scoring = self._scoring
+        if scoring is not None and any(o.hotwords for o in options) and scoring.scoring_ready():
             # One run for the whole batch: the items without hotwords read the same ids.
             if self._audio_backend is not None:
                 audios = [_held(u.audio) for u in batch]
-                return self._scoring.run_scored(audios, options, audio=True)
-            return self._scoring.run_scored([_held(u.feats) for u in batch], options, audio=False)
+                return scoring.run_scored(audios, options, audio=True)
+            return scoring.run_scored([_held(u.feats) for u in batch], options, audio=False)
         if self._audio_backend is not None:
             return self._audio_backend.run_audio([_held(u.audio) for u in batch], options)
         return self.backend.run([_held(u.feats) for u in batch], options)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.base import ScoredFrames, ScoringBackend
+from engine.backends.onnx import OnnxBackend
 from engine.backends.registry import BackendOptions, create_backend
 from engine.decoding.context_graph import ContextGraph
 from engine.decoding.ctc import greedy_collapse
@@ -60,6 +61,9 @@ GREEDY_RECALL_CEILING = 0.3  # the recall bar applies where greedy finds fewer t
 WER_SLACK = 0.005  # half a percentage point over greedy
 FALSE_INSERTION_CEILING = 0.02
 TIME_RATIO_CEILING = 1.5
+
+#: How long the scored graph's export may take (the demo model's takes seconds).
+SCORED_WAIT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,9 @@ def open_bench(model: Path, args: Any, phrases: Sequence[str]) -> Bench:
     backend = create_backend(model_dir, options)
     if not isinstance(backend, ScoringBackend):
         raise SystemExit(f"the {type(backend).__name__} cannot score frames for hotwords")
+    # ONNX Runtime makes its scored graph on a thread of its own: measure once it is open.
+    if isinstance(backend, OnnxBackend) and not backend.wait_for_scoring(SCORED_WAIT_S):
+        raise SystemExit("the scored graph for hotwords could not be made (see the log)")
     recognizer = Recognizer(model_dir, backend)
     # A phrase the tokenizer cannot spell is refused here (HotwordError), not mid-run.
     recognizer.hotwords.check([Hotword(p) for p in phrases])

@@ -4,6 +4,8 @@ scored outputs agree with their plain ones."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import numpy as np
 import pytest
 
 from engine.backends.base import ScoredFrames
-from engine.backends.registry import BackendOptions, create_backend
+from engine.backends.onnx import OnnxBackend
+from engine.backends.registry import BackendOptions, create_backend, ensure_onnx
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import ModelDir, load_model_dir
 from engine.model.network import TOPK
@@ -36,6 +39,7 @@ class PlantedBackend:
     def __init__(self, phrase: Sequence[int], decoys: Sequence[int]) -> None:
         self.phrase, self.decoys = list(phrase), list(decoys)
         self.scored_calls = 0
+        self.ready = True
 
     def _frames(self, frames: int) -> ScoredFrames:
         # Blank first, then distinct unlikely fillers: a frame lists each id once.
@@ -53,6 +57,9 @@ class PlantedBackend:
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         return [self._frames(f.shape[0]).ids for f in feats]
+
+    def scoring_ready(self) -> bool:
+        return self.ready
 
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
@@ -109,6 +116,8 @@ def test_the_scored_run_agrees_with_the_plain_one(
     model_dir: ModelDir, speech_clips: list[Clip], backend: str
 ) -> None:
     real = create_backend(model_dir, BackendOptions(backend, "fp32", threads=2))
+    if isinstance(real, OnnxBackend):
+        assert real.wait_for_scoring(120)
     recognizer = Recognizer(model_dir, real)
     utts = [recognizer.prepare(c.audio, DecodeOptions()) for c in speech_clips[:3]]
     feats = [recognizer.features_of(u) for u in utts]
@@ -121,3 +130,36 @@ def test_the_scored_run_agrees_with_the_plain_one(
         # The best candidate is the argmax, wherever the two best are not a near tie.
         clear = out.topk_logprobs[:, 0] - out.topk_logprobs[:, 1] > 1e-4
         np.testing.assert_array_equal(out.topk_ids[clear, 0], ids[PROMPT_FRAMES:][clear])
+
+
+def test_until_the_backend_can_score_hotwords_decode_greedily(
+    planted: tuple[Recognizer, PlantedBackend], speech_clips: list[Clip]
+) -> None:
+    recognizer, backend = planted
+    backend.ready = False  # e.g. ONNX Runtime still making its scored graph
+    options = DecodeOptions(itn=False, hotwords=(Hotword(PHRASE, 2.0),))
+    utt = recognizer.prepare(speech_clips[0].audio, options)
+    plain = recognizer.decode([recognizer.prepare(speech_clips[0].audio, DecodeOptions(itn=False))])
+    assert recognizer.decode([utt]) == plain and backend.scored_calls == 0
+    backend.ready = True
+    assert PHRASE in recognizer.decode([utt])[0].text
+
+
+def test_onnx_makes_its_scored_graph_on_a_thread_of_its_own(model_dir: ModelDir) -> None:
+    release = threading.Event()
+    made: list[str] = []
+
+    def slow_path() -> Path:
+        release.wait(30)
+        made.append(threading.current_thread().name)
+        return ensure_onnx(model_dir, "fp32", scored=True)
+
+    backend = OnnxBackend(
+        model_dir, precision="fp32", onnx_path=ensure_onnx(model_dir, "fp32"), scored_path=slow_path
+    )
+    started = time.perf_counter()
+    assert not backend.scoring_ready() and not backend.scoring_ready()  # asks once, waits never
+    assert time.perf_counter() - started < 1.0
+    release.set()
+    assert backend.wait_for_scoring(120) and backend.scoring_ready()
+    assert made == ["scored-graph"]  # made once, off the caller's thread
