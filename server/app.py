@@ -526,8 +526,22 @@ class App:
 
     # ---- WebSocket ----------------------------------------------------------------
 
+    async def hold_while_starting(self) -> None:
+        """In a worker that took connections before it was ready (the first worker's first
+        start), hold a client until it is, within `STARTING_HOLD_S`.
+
+        The kernel hands such a worker connections meant for the host, whose other workers
+        may already say ready: a 503 there would refuse a client of a ready host.
+        """
+        if self.seat is None or self.state != "starting":
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STARTING_HOLD_S):
+                await self._ready.wait()
+
     async def websocket(self, websocket: WebSocket, route: WebSocketRoute) -> None:
         """One streaming client on `route`: admit, accept, run its session, clean up."""
+        await self.hold_while_starting()
         admitted = self._admit(websocket, route)
         if isinstance(admitted, Response):
             await self._refuse(websocket, admitted)
@@ -681,6 +695,7 @@ class App:
 
     async def follow(self, websocket: WebSocket) -> None:
         """WS /v1/streams/{id}/events: a live stream's events, from now, after its finals."""
+        await self.hold_while_starting()
         sub = await self._subscription(websocket)
         if isinstance(sub, Response):
             await self._refuse(websocket, sub)
@@ -728,6 +743,10 @@ class App:
             f"this address already has {limits.max_sessions_per_ip} sessions open"
         )
 
+
+#: How long a starting worker holds a client that the kernel handed it (see
+#: `App.hold_while_starting`); clients' own handshake timeouts are about 10 s.
+STARTING_HOLD_S = 10.0
 
 #: How soon a protocol that carries its key in its first message (Twilio) must send it.
 START_DEADLINE_S = 10.0

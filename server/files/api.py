@@ -116,6 +116,7 @@ class FileApiHost(Protocol):
     def session_config(self) -> SessionConfig: ...
     @property
     def host(self) -> Host: ...
+    async def hold_while_starting(self) -> None: ...
 
 
 class FileApi:
@@ -140,6 +141,7 @@ class FileApi:
         return json_response(200, {"object": "list", "data": data})
 
     async def transcriptions(self, request: Request) -> Response:
+        await self.app.hold_while_starting()
         refusal = self._refusal(request, need_ready=True)
         if refusal is not None:
             return api_error(refusal)
