@@ -36,6 +36,7 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   status: $('status'),
   warning: $('test-model-warning'),
+  demo: $('demo-model-note'),
   start: $('start'),
   language: $('language'),
   options: $('options'),
@@ -658,7 +659,10 @@ function onReady(event) {
     mic.refused = 0;
     showStatus(`Listening (session ${event.session_id})`);
   }
+  // The ready event says which model hears the speaker: a person who sees template
+  // sentences for their words then knows why.
   if (event.test_model) ui.warning.hidden = false;
+  if (event.demo_model) ui.demo.hidden = false;
 }
 
 function onFinal(stream, event) {
@@ -836,6 +840,7 @@ function renderStats(stats) {
   s.backend.textContent = stats.engine?.backend ?? '–';
   renderGpus(stats.process?.gpus ?? []);
   ui.warning.hidden = !stats.test_model;
+  ui.demo.hidden = !stats.demo_model;
 }
 
 function renderGpus(gpus) {

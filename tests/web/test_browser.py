@@ -768,3 +768,17 @@ def test_refused_origin_stops_without_a_reconnect_loop(rebound_web: WebPage) -> 
     assert len(sockets(web)) == 2
     assert page.locator("#key-form").is_hidden()
     assert_clean_console(web, allow=REFUSAL_ERRORS)
+
+
+def test_the_page_says_when_the_demo_model_hears_the_speaker(web: WebPage) -> None:
+    """Template sentences for whatever a person says are the demo model's: the page says so."""
+    page = web.page
+    page.route("**/stats", lambda route: route.fulfill(json={**STATS, "demo_model": True}))
+    web.open()
+    note = page.locator("#demo-model-note")
+    note.wait_for(state="visible")
+    assert "synthetic English call-centre and caption" in note.inner_text()
+    assert page.locator("#test-model-warning").is_hidden()
+    page.unroute("**/stats")
+    page.route("**/stats", lambda route: route.fulfill(json=STATS))
+    note.wait_for(state="hidden", timeout=10_000)  # the next poll: another model now
