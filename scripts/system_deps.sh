@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite needs: espeak-ng and sox make its speech, chromium
-# runs the browser tests. Installs what is missing when it can (root with apt-get);
-# otherwise says what to install and fails, rather than letting 100 tests error later.
+# runs the browser tests, prometheus brings promtool for the tests of deploy/. Installs
+# what is missing when it can (root with apt-get); otherwise says what to install and
+# fails, rather than letting 100 tests error later.
 set -euo pipefail
 missing=()
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v sox >/dev/null || missing+=(sox libsox-fmt-all)
+command -v promtool >/dev/null || missing+=(prometheus)
 # The browser tests honour the same two settings (tests/web/conftest.py).
 if [ "${SENSESTREAM_SKIP_BROWSER:-}" != 1 ] \
   && ! [ -x "${SENSESTREAM_CHROMIUM:-/usr/bin/chromium}" ]; then
