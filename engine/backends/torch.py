@@ -152,8 +152,7 @@ class TorchBackend:
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
     ) -> list[np.ndarray]:
         """Decode one padded batch; see `engine.backends.base.Backend.run`."""
-        out = self._outputs_of(feats, options, None, scored=False)
-        ids, lens = out
+        ids, lens = self._outputs_of(feats, options, None, scored=False)
         # Copies: the staged arrays are views of a buffer the next batch overwrites.
         return [ids[i, : int(lens[i])].copy() for i in range(len(feats))]
 

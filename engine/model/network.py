@@ -151,7 +151,8 @@ class CtcArgmax(nn.Module):
 
 
 class CtcTopK(nn.Module):
-    """`CtcArgmax`'s outputs plus each speech frame's `k` best log-probabilities.
+    """`CtcArgmax`'s outputs plus each speech frame's `k` best candidates and their
+    log-probabilities (renormalised over the `k`).
 
     For biased (hotword) decoding, which searches beyond the argmax: only k ids and their
     log-probabilities per frame leave the device, and only for the frames after the four
