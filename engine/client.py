@@ -74,3 +74,17 @@ class EngineClient(Protocol):
     def healthy(self) -> bool: ...
 
     def snapshot(self) -> EngineSnapshot: ...
+
+
+def open_channel(
+    channels: dict[str, asyncio.Queue[InferenceResult]],
+    session_id: str,
+    results: asyncio.Queue[InferenceResult] | None = None,
+) -> asyncio.Queue[InferenceResult]:
+    """Register a session's result queue (`results`, or a new one) in an engine's channels;
+    a session already open is a ValueError."""
+    if session_id in channels:
+        raise ValueError(f"session {session_id!r} is already open")
+    channel: asyncio.Queue[InferenceResult] = asyncio.Queue() if results is None else results
+    channels[session_id] = channel
+    return channel

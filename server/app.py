@@ -167,6 +167,9 @@ class App:
         self.monitor = Monitor(self.registry, load_nvml())
         self.engine: EngineClient | None = None
         self.report: EngineReport | None = None
+        # Built once the engine is known: it reads the hotwords file, which no
+        # connection should wait for on the loop.
+        self._session_config: SessionConfig | None = None
         self.vad: VadModel | None = None
         self.vad_pump: VadPump | None = None  # with `vad_thread`: live sessions' VAD thread
         self.sessions: dict[str, Connection] = {}
@@ -333,6 +336,7 @@ class App:
         if on_thread:
             self.vad_pump = VadPump()
             self.vad_pump.start()
+        self._session_config = await asyncio.to_thread(session_config, self.config, report)
         self.report = report
         # CUDA_VISIBLE_DEVICES renumbers GPUs: NVML readings follow the engine's by UUID.
         self.monitor.follow(cuda_uuids(self._gpu_indices()))
@@ -641,9 +645,9 @@ class App:
 
     def session_config(self) -> SessionConfig:
         """Every session's settings (the engine report names the model)."""
-        if self.report is None:
+        if self._session_config is None:
             raise RuntimeError("no session before the engine is ready")
-        return session_config(self.config, self.report)
+        return self._session_config
 
     async def _run_session(
         self, port: SocketPort, codec: Codec, route: WebSocketRoute, claim: Claim

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from engine.client import EngineSnapshot
+from engine.client import EngineSnapshot, open_channel
 from engine.decoding.recognizer import Recognizer, Utterance
 from engine.errors import BackendOutOfMemoryError, EngineError, RequestError
 from engine.serving.builder import EngineParts
@@ -202,11 +202,7 @@ class AsyncEngine:
     ) -> asyncio.Queue[InferenceResult]:
         """The queue this session's results arrive on: `results` when given, so that the
         channels of one stream (each its own session here) can share one."""
-        if session_id in self._channels:
-            raise ValueError(f"session {session_id!r} is already open")
-        channel: asyncio.Queue[InferenceResult] = asyncio.Queue() if results is None else results
-        self._channels[session_id] = channel
-        return channel
+        return open_channel(self._channels, session_id, results)
 
     def submit(self, request: InferenceRequest) -> None:
         """Queue a request (its `arrival` is on the event loop's clock)."""

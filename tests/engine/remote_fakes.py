@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from engine.client import EngineSnapshot
+from engine.client import EngineSnapshot, open_channel
 from engine.errors import ReplicaLostError
 from engine.remote.messages import Collected, Hello, Tick
 from engine.remote.replica import DEFAULT_LEASE_S, EngineReplica
@@ -96,11 +96,7 @@ class FakeEngine:
     def open_session(
         self, session_id: str, results: asyncio.Queue[InferenceResult] | None = None
     ) -> asyncio.Queue[InferenceResult]:
-        if session_id in self._channels:
-            raise ValueError(f"session {session_id!r} is already open")
-        channel: asyncio.Queue[InferenceResult] = asyncio.Queue() if results is None else results
-        self._channels[session_id] = channel
-        return channel
+        return open_channel(self._channels, session_id, results)
 
     def submit(self, request: InferenceRequest) -> None:
         if self.closed:

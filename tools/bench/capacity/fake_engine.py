@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.client import EngineSnapshot
+from engine.client import EngineSnapshot, open_channel
 from engine.remote.replica import EngineReplica
 from engine.remote.unix import serve_replica
 from engine.serving.builder import DeviceReport, EngineReport
@@ -133,11 +133,7 @@ class DeclaredCostEngine:
     def open_session(
         self, session_id: str, results: asyncio.Queue[InferenceResult] | None = None
     ) -> asyncio.Queue[InferenceResult]:
-        if session_id in self._channels:
-            raise ValueError(f"session {session_id!r} is already open")
-        channel: asyncio.Queue[InferenceResult] = asyncio.Queue() if results is None else results
-        self._channels[session_id] = channel
-        return channel
+        return open_channel(self._channels, session_id, results)
 
     def submit(self, request: InferenceRequest) -> None:
         if self._closed:
