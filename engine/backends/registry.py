@@ -23,6 +23,11 @@ SWITCHES = ("auto", "on", "off")
 #: The longest CUDA graph bucket by default, in feature frames: 15 s, the default longest
 #: VAD segment (the engine builder sets it from the server's `max_segment_ms`).
 DEFAULT_GRAPH_FRAMES = 250
+#: The version of each exported graph (plain, scored), stamped beside the export: raise
+#: it when the graph the exporter writes changes, so an export made by older code is
+#: made again rather than served (a stale scored head once cost biased decoding a third
+#: of its speed). A stamp without a version is version 1.
+GRAPH_VERSIONS = {False: 1, True: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +134,7 @@ def ensure_onnx(model_dir: ModelDir, precision: str, scored: bool = False) -> Pa
     stamp = _weights_stamp(model_dir)
     for folder in (model_dir.path, _cache_dir(model_dir)):
         path = folder / name
-        if path.is_file() and (stamp is None or _read_stamp(path) in (stamp, None)):
+        if path.is_file() and _fresh(path, stamp, GRAPH_VERSIONS[scored]):
             return path
     folder = model_dir.path if os.access(model_dir.path, os.W_OK) else _cache_dir(model_dir)
     if not model_dir.weights_path.is_file():
@@ -141,15 +146,18 @@ def ensure_onnx(model_dir: ModelDir, precision: str, scored: bool = False) -> Pa
     written = export_onnx(
         model_dir, folder, int8=precision == "int8", fp16=precision == "fp16", scored=scored
     )
-    write_export_stamps(model_dir, written.values())
+    write_export_stamps(model_dir, written.values(), scored=scored)
     return written[precision]
 
 
-def write_export_stamps(model_dir: ModelDir, paths: Iterable[Path]) -> None:
-    """Record which weights each export came from, so a changed model.pt re-exports."""
-    stamp = _weights_stamp(model_dir)
+def write_export_stamps(
+    model_dir: ModelDir, paths: Iterable[Path], *, scored: bool = False
+) -> None:
+    """Record which weights and graph version each export came from, so a changed
+    model.pt, or an exporter that now writes another graph, exports again."""
+    stamp = {"weights": _weights_stamp(model_dir), "graph": GRAPH_VERSIONS[scored]}
     for path in paths:
-        path.with_suffix(".onnx.json").write_text(json.dumps({"weights": stamp}))
+        path.with_suffix(".onnx.json").write_text(json.dumps(stamp))
 
 
 def _weights_stamp(model_dir: ModelDir) -> str | None:
@@ -160,14 +168,20 @@ def _weights_stamp(model_dir: ModelDir) -> str | None:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def _read_stamp(onnx_path: Path) -> str | None:
-    """The weights stamp an export was made from; None when unknown (shipped exports)."""
+def _fresh(onnx_path: Path, weights: str | None, graph: int) -> bool:
+    """Whether an export may be served: made from these weights by an exporter writing
+    this graph version, or with no stamp at all (an export shipped or made by hand)."""
     sidecar = onnx_path.with_suffix(".onnx.json")
     try:
-        value = json.loads(sidecar.read_text()).get("weights")
-    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+        stamp = json.loads(sidecar.read_text())
+    except FileNotFoundError:
+        return True
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(stamp, dict):
+        return False
+    same_weights = weights is None or stamp.get("weights") == weights
+    return same_weights and stamp.get("graph", 1) == graph
 
 
 def _cache_dir(model_dir: ModelDir) -> Path:

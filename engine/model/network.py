@@ -173,15 +173,20 @@ class CtcTopK(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         encoder_out, out_lens = self.argmax.encode(speech, speech_lengths, language, textnorm)
         logits = self.argmax.ctc_lo(encoder_out)
-        ids = logits.argmax(dim=-1).to(torch.int32)
+        # One pass over the 25k outputs: the best id of every frame is its first candidate
+        # (a separate argmax, and slicing off the prompt frames before the top-k, each
+        # cost the demo model as much as the top-k itself). In fp32, where half precision
+        # would blur the small differences the search ranks.
+        best = logits.float().topk(self.k, dim=-1)
+        ids = best.indices[..., 0].to(torch.int32)
+        top_ids = best.indices[:, PROMPT_FRAMES:].to(torch.int32)
         # Log-probabilities renormalised over each frame's k candidates: every hypothesis
         # takes one candidate a frame, so a frame's normaliser shifts them all alike and
-        # the search ranks them the same, without an exp for each of the 25k outputs (which
-        # cost a third of the demo model's time). In fp32, where half precision would blur
-        # the small differences the search ranks.
-        best = logits[:, PROMPT_FRAMES:].float().topk(self.k, dim=-1)
-        values = best.values - best.values.logsumexp(dim=-1, keepdim=True)
-        return ids, out_lens.to(torch.int32), best.indices.to(torch.int32), values
+        # the search ranks them the same, without an exp for each of the 25k outputs (a
+        # log-softmax cost a third of the demo model's time).
+        top = best.values[:, PROMPT_FRAMES:]
+        values = top - top.logsumexp(dim=-1, keepdim=True)
+        return ids, out_lens.to(torch.int32), top_ids, values
 
 
 def _submodule(parent: nn.Module, name: str, kind: type[_M]) -> _M:
