@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
         help="data: an easy set (single sentences, few voices, no noise) in shards-clean/; "
         "train: train on it (a curriculum's first part)",
     )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="data: half the sentences take slot values from a wide vocabulary of real and "
+        "made-up words (tools/demo_model/wide_words.py), so the model learns to spell",
+    )
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
@@ -122,7 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.step in ("data", "all"):
         tok = tokenizer(args.work)
         folder = args.work / ("shards-clean" if args.clean else "shards")
-        dataset.build(folder, args.utterances, args.seed, tok, args.workers, clean=args.clean)
+        wide = dataset.WIDE_SHARE if args.wide else 0.0
+        dataset.build(
+            folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, wide=wide
+        )
         eval_sets(args.work)
     trainer = None
     if args.step in ("train", "all"):

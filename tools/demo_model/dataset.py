@@ -20,7 +20,7 @@ import numpy as np
 from engine.features.fbank import Cmvn, Frontend, FrontendConfig
 from engine.model.random_weights import assets, pad_tokenizer, train_bpe
 from tools.demo_model import augment as augmenting
-from tools.demo_model import texts, voices
+from tools.demo_model import texts, voices, wide_words
 
 SHARD_SIZE = 400
 TAG_PIECES = ("<|en|>", "<|NEUTRAL|>", "<|Speech|>", "<|BGM|>", "<|withitn|>", "<|woitn|>")
@@ -65,10 +65,19 @@ class Targets:
         ]
         return np.asarray(tags + list(self._sp.encode(text)), np.int32)
 
+    def writable(self, text: str) -> bool:
+        """Whether every character of `text` has a piece (no unknown id)."""
+        return self._sp.unk_id() not in self._sp.encode(text)
+
 
 #: Share of examples that are several sentences with pauses between them (up to ~15 s),
 #: so whole-file decoding of a few sentences is within what the model has seen.
 LONG_SHARE = 0.15
+
+
+#: Share of training sentences whose slots take the wide vocabulary (`wide_words`), in a
+#: data set built with `--wide`; 0 keeps the base sentences only.
+WIDE_SHARE = 0.5
 
 
 #: The easy set's voices (a curriculum's first part): a few clear ones.
@@ -80,15 +89,22 @@ CLEAN_VOICES = tuple(
 
 
 def make_example(
-    index: int, seed: int, targets: Targets, front: Frontend, clean: bool = False
+    index: int,
+    seed: int,
+    targets: Targets,
+    front: Frontend,
+    clean: bool = False,
+    *,
+    wide: float = 0.0,
 ) -> Example:
     """Utterance `index` of the training set: deterministic in (seed, index). `clean`:
-    of the easy set: one sentence, a clear voice at its own pace, silence around it."""
+    of the easy set: one sentence, a clear voice at its own pace, silence around it.
+    `wide`: the share of sentences with slot values from the wide vocabulary."""
     rng = random.Random(seed * 1_000_003 + index)
     if clean:
         return _clean_example(rng, targets, front)
     count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
-    sentences = [_training_sentence(rng) for _ in range(count)]
+    sentences = [_training_sentence(rng, targets, wide) for _ in range(count)]
     voice, prosody = voices.pick_training_voice(rng), voices.Prosody.random(rng)
     parts: list[np.ndarray] = []
     for sentence in sentences:
@@ -106,7 +122,7 @@ def make_example(
 
 
 def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Example:
-    sentence = _training_sentence(rng)
+    sentence = _training_sentence(rng, targets)
     prosody = voices.Prosody(rng.uniform(0.95, 1.05), rng.uniform(0.9, 1.1))
     speech = voices.speak(sentence.spoken, rng.choice(CLEAN_VOICES), prosody)
     audio = np.concatenate([np.zeros(1600, np.float32), speech, np.zeros(3200, np.float32)])
@@ -117,7 +133,12 @@ def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Exa
     )
 
 
-def _training_sentence(rng: random.Random) -> texts.Sentence:
+def _training_sentence(rng: random.Random, targets: Targets, wide: float = 0.0) -> texts.Sentence:
+    if wide > 0 and rng.random() < wide:
+        sentence = wide_words.wide_sentence(rng)
+        while sentence.held_out or not targets.writable(sentence.written):
+            sentence = wide_words.wide_sentence(rng)
+        return sentence
     sentence = texts.sentence(rng)
     while sentence.held_out:
         sentence = texts.sentence(rng)
@@ -147,24 +168,32 @@ def read_shard(path: Path) -> list[Example]:
     return [Example(f, w, s) for f, w, s in zip(feats, written, spoken, strict=True)]
 
 
-def _build_shard(job: tuple[Path, int, int, bytes, bool]) -> str:
-    path, number, seed, tokenizer, clean = job
+def _build_shard(job: tuple[Path, int, int, bytes, bool, float]) -> str:
+    path, number, seed, tokenizer, clean, wide = job
     targets, front = Targets(tokenizer), frontend()
     start = number * SHARD_SIZE
-    write_shard(
-        path, [make_example(start + i, seed, targets, front, clean) for i in range(SHARD_SIZE)]
-    )
+    examples = [
+        make_example(start + i, seed, targets, front, clean, wide=wide) for i in range(SHARD_SIZE)
+    ]
+    write_shard(path, examples)
     return path.name
 
 
 def build(
-    out: Path, utterances: int, seed: int, tokenizer: bytes, workers: int, *, clean: bool = False
+    out: Path,
+    utterances: int,
+    seed: int,
+    tokenizer: bytes,
+    workers: int,
+    *,
+    clean: bool = False,
+    wide: float = 0.0,
 ) -> None:
     """Make the shards in `out` that are not there yet."""
     out.mkdir(parents=True, exist_ok=True)
     shards = -(-utterances // SHARD_SIZE)
     jobs = [
-        (out / f"shard-{n:04d}.npz", n, seed, tokenizer, clean)
+        (out / f"shard-{n:04d}.npz", n, seed, tokenizer, clean, wide)
         for n in range(shards)
         if not (out / f"shard-{n:04d}.npz").exists()
     ]

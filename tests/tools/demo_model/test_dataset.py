@@ -77,3 +77,17 @@ def test_the_easy_set_is_one_clear_sentence_with_no_music(tokenizer: bytes) -> N
         assert sp.id_to_piece(int(example.spoken[2])) == "<|Speech|>"
         assert len(example.feats) < 16.7 * 8  # one sentence, not several
         assert np.array_equal(example.feats, make_example(index, 4, targets, front, True).feats)
+
+
+def test_a_wide_example_says_words_the_base_sentences_never_do(tokenizer: bytes) -> None:
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    targets, front = Targets(tokenizer), frontend()
+    base_words = {w for i in range(40) for w in _spoken(sp, make_example(i, 3, targets, front))}
+    wide = [make_example(i, 3, targets, front, wide=1.0) for i in range(12)]
+    assert all(sp.unk_id() not in e.written.tolist() for e in wide)  # every piece known
+    new = {w for e in wide for w in _spoken(sp, e)} - base_words
+    assert len(new) >= 8  # a name, city, team or thing in most of them
+
+
+def _spoken(sp: spm.SentencePieceProcessor, example: Example) -> list[str]:
+    return str(sp.decode(example.spoken[4:].tolist())).split()
