@@ -155,9 +155,14 @@ def write_export_stamps(
 ) -> None:
     """Record which weights and graph version each export came from, so a changed
     model.pt, or an exporter that now writes another graph, exports again."""
-    stamp = {"weights": _weights_stamp(model_dir), "graph": GRAPH_VERSIONS[scored]}
+    stamp = json.dumps({"weights": _weights_stamp(model_dir), "graph": GRAPH_VERSIONS[scored]})
     for path in paths:
-        path.with_suffix(".onnx.json").write_text(json.dumps(stamp))
+        # Replaced, never written through: in a folder of links to a model (a test's or a
+        # benchmark's view of it) the stamp would otherwise land on the model's own export.
+        sidecar = path.with_suffix(".onnx.json")
+        tmp = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
+        tmp.write_text(stamp)
+        tmp.replace(sidecar)
 
 
 def _weights_stamp(model_dir: ModelDir) -> str | None:

@@ -75,3 +75,22 @@ def test_the_scored_head_makes_one_pass_over_the_vocabulary(model_dir: ModelDir)
     # The best id is the first candidate: no ArgMax, no LogSoftmax over the 25k outputs.
     path = ensure_onnx(model_dir, "fp32", scored=True)
     assert "TopK" in ops(path) and not {"ArgMax", "LogSoftmax"} & ops(path)
+
+
+def test_a_stamp_replaces_a_link_instead_of_writing_through_it(
+    model_dir: ModelDir, tmp_path: Path
+) -> None:
+    # A view of a model is a folder of links to its files (tests/conftest.py's demo_model,
+    # the hotwords benchmark): exporting there must leave the linked model's files alone.
+    source = ensure_onnx(model_dir, "fp32", scored=True)
+    sidecar = source.with_suffix(".onnx.json")
+    sidecar.write_text(json.dumps({"weights": "an older model", "graph": 1}))
+    before = sidecar.read_text()
+    view = tmp_path / "view"
+    view.mkdir()
+    for item in model_dir.path.iterdir():
+        (view / item.name).symlink_to(item)
+    made = ensure_onnx(load_model_dir(view), "fp32", scored=True)
+    assert made.parent == view and not made.is_symlink()
+    assert not made.with_suffix(".onnx.json").is_symlink()
+    assert sidecar.read_text() == before  # the model's own stamp is untouched
