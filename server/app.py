@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import socket
 import time
 import uuid
@@ -32,13 +33,16 @@ from server.host.link import HostLink, WorkerSeat
 from server.host.local import Host, LocalHost
 from server.host.messages import Gathered, Topic
 from server.http.addresses import page_url
-from server.http.auth import load_keys, origin_allowed, presented_token
+from server.http.auth import load_keys, load_token_secret, origin_allowed, presented_token
 from server.http.client_address import client_host
+from server.http.client_secret_api import ClientSecretApi
+from server.http.client_secrets import Grant
+from server.http.credentials import Credentials, Refused
 from server.http.listener import QuietServer, asgi_server, bind, bound_port, stop
 from server.http.responses import json_response, response, static_file, text_response, unauthorized
 from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
 from server.http.tables import main_app, ops_app
-from server.http.tenants import ANONYMOUS, Claim, Tenant, followed_key
+from server.http.tenants import Claim, Tenant, followed_key
 from server.live.connection import Connection
 from server.live.socket_port import SocketPort
 from server.live.vad_pump import VadPump
@@ -49,6 +53,7 @@ from server.streams.webhooks import WebhookPolicy, Webhooks
 from streaming.core import SessionCore
 from streaming.errors import ProtocolError, ServerFullError
 from streaming.events import ErrorEvent
+from streaming.pins import Pins
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.twilio.codec import TwilioCodec
 from streaming.protocols.twilio.jitter import JitterStats
@@ -187,15 +192,29 @@ class App:
         self.follower_slots = FollowerSlots(self.host, config.limits)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
+        self.credentials = Credentials(self.keys, self._token_secret())
         self.origins = config.listen.origin_policy()
         self.routes = websocket_routes()
         self.file_api = FileApi(self)
+        self.client_secret_api = ClientSecretApi(self)
         self.state = "starting"
         self._engines_expected = 1
         self.port: int | None = None
         self.started = time.monotonic()
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
+
+    def _token_secret(self) -> bytes:
+        """What client secrets are signed with: the configured secret, else one made here
+        once (this process is the whole host); a worker's always comes from its supervisor,
+        which makes one for all its workers (server.supervisor.host.worker_environ)."""
+        listen = self.config.listen
+        secret = load_token_secret(listen.token_secret, listen.token_secret_file)
+        if secret is not None:
+            return secret
+        if self.seat is not None:
+            raise RuntimeError("a worker's token secret comes from its supervisor; none came")
+        return secrets.token_bytes(32)
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -394,16 +413,24 @@ class App:
         return self._guarded(request) or json_response(200, await self.stats())
 
     async def stream_probe(self, request: Request, key_in_band: bool = False) -> Response:
-        refusal = self.refusal(request, key_in_band)
-        if refusal is not None:
-            return refusal
+        who = self._checked(request, key_in_band)
+        if isinstance(who, Response):
+            return who
+        if isinstance(who, Grant):  # as the handshake would, without taking a session
+            used_up = await self._used_up(who, peek=True)
+            if used_up is not None:
+                return used_up
         return text_response(
             426, "upgrade required: this is a WebSocket endpoint\n", {"Upgrade": "websocket"}
         )
 
     def _guarded(self, request: Request) -> Response | None:
         """/metrics and /stats refuse other sites' pages, and ask for a key when the keys
-        protect them too (any key: they count, they list no tenant's streams)."""
+        protect them too (any key: they count, they list no tenant's streams).
+
+        Keys only, no client secret: a secret is a browser's pass to its own sessions,
+        and a page that shows the host's load is an operator's.
+        """
         refusal = self.origin_refusal(request)
         guarded = self.config.listen.protect_metrics and self.keys
         if refusal is None and guarded and self.keys.identify(presented_token(request)) is None:
@@ -416,18 +443,26 @@ class App:
             return None
         return text_response(403, "origin not allowed\n")
 
+    def credential(self, conn: HTTPConnection) -> Tenant | Grant | Refused:
+        """Whose key or client secret the client presented (`Credentials.identify`)."""
+        return self.credentials.identify(presented_token(conn), time.time())
+
     def caller(self, conn: HTTPConnection) -> Tenant | None:
-        """The tenant of the client's key (the anonymous one when the server has no keys),
-        or None for a missing or wrong key (a refusal is counted)."""
-        if not self.keys:
-            return ANONYMOUS  # nothing to read: an open server is one tenant
-        tenant = self.keys.identify(presented_token(conn))
-        if tenant is None:
+        """The tenant of the client's key or client secret (the anonymous one when the
+        server has no keys), or None for a missing or wrong one (a refusal is counted)."""
+        who = self._counted(self.credential(conn))
+        if isinstance(who, Refused):
+            return None
+        return who.tenant if isinstance(who, Grant) else who
+
+    def _counted(self, who: Tenant | Grant | Refused) -> Tenant | Grant | Refused:
+        if isinstance(who, Refused):
             self.metrics.protocol_error("unauthorized")
-        return tenant
+        return who
 
     def authorized(self, conn: HTTPConnection) -> bool:
-        """The client presented a valid key, or none is needed (a refusal is counted)."""
+        """The client presented a valid key or client secret, or none is needed (a refusal
+        is counted)."""
         return self.caller(conn) is not None
 
     def refusal(self, conn: HTTPConnection, key_in_band: bool = False) -> Response | None:
@@ -435,18 +470,25 @@ class App:
 
         `key_in_band`: the protocol's codec checks the key in a message instead.
         """
+        checked = self._checked(conn, key_in_band)
+        return checked if isinstance(checked, Response) else None
+
+    def _checked(self, conn: HTTPConnection, key_in_band: bool) -> Response | Tenant | Grant | None:
+        """Why a streaming client may not start now, or whose key or client secret it
+        presented (None: its key comes in band, for its codec to check)."""
         origin = self.origin_refusal(conn)
         if origin is not None:
             return origin
-        if not key_in_band and not self.authorized(conn):
-            return unauthorized("missing or wrong API key")
+        who = None if key_in_band else self._counted(self.credential(conn))
+        if isinstance(who, Refused):
+            return unauthorized(who.reason)
         if self.state != "ready":
             return text_response(503, f"server is {self.state}\n")
         if is_remote(self.engine) and self.engine is not None and not self.engine.healthy:
             # A gateway with no replica would only queue the session's audio: refuse it,
             # so the load balancer sends the client to a gateway that has one.
             return text_response(503, "no engine replica answers\n")
-        return None
+        return who
 
     async def _wait_until_ready(self, request: Request) -> None:
         """`/readyz?wait=S` holds the answer until ready (at most S, up to 8), a long poll.
@@ -550,7 +592,11 @@ class App:
         if isinstance(admitted, Response):
             await self._refuse(websocket, admitted)
             return
-        codec, claim = admitted
+        codec, claim, grant = admitted
+        used_up = None if grant is None else await self._used_up(grant)
+        if used_up is not None:
+            await self._refuse(websocket, used_up)
+            return
         await websocket.accept(
             choose_subprotocol(websocket.scope.get("subprotocols") or []), self._served_by()
         )
@@ -565,9 +611,18 @@ class App:
             await port.close(over.close_code, over.code)
             return
         try:
-            await self._run_session(port, codec, route, claim)
+            await self._run_session(port, codec, route, claim, grant)
         finally:
             self.host.release(lease)
+
+    async def _used_up(self, grant: Grant, peek: bool = False) -> Response | None:
+        """Count a session of the client secret host-wide (with `peek`, only ask whether
+        one would be counted), or 403 when it has opened its most."""
+        limit, expires = grant.max_sessions, grant.expires_at
+        if await self.host.use_token(grant.token_id, limit, expires, time.time(), peek):
+            return None
+        self.metrics.protocol_error("client_secret_used_up")
+        return text_response(403, f"client secret used up: it may open {limit} session(s)\n")
 
     async def unknown_websocket(self, websocket: WebSocket) -> None:
         """An upgrade at a path that streams nothing: 404, naming the paths that do."""
@@ -582,6 +637,8 @@ class App:
         log is where an operator sees why a client could not connect.
         """
         reason = bytes(refusal.body).decode(errors="replace").partition("\n")[0]
+        for name, value in self._served_by():  # which worker refused, as with an upgrade
+            refusal.headers[name.decode()] = value.decode()
         log.info(
             "refused WebSocket %s from %s: %d %s",
             shown_path(websocket),
@@ -597,35 +654,41 @@ class App:
             return []
         return [(b"x-sensestream-worker", str(self.seat.worker).encode())]
 
-    def _admit(self, websocket: WebSocket, route: WebSocketRoute) -> tuple[Codec, Claim] | Response:
-        """The connection's codec and whose it is, or the HTTP answer that refuses its upgrade.
+    def _admit(
+        self, websocket: WebSocket, route: WebSocketRoute
+    ) -> tuple[Codec, Claim, Grant | None] | Response:
+        """The connection's codec, whose it is and the client secret it came with, or the
+        HTTP answer that refuses its upgrade.
 
-        A route whose key comes in band learns its tenant when its codec checks that key.
+        A route whose key comes in band learns its tenant when its codec checks that key
+        (a key: client secrets are for pages, and in-band keys are telephony platforms').
         """
-        refusal = self.refusal(websocket, route.key_in_band)
-        if refusal is None and (self.engine is None or self.vad is None or self.report is None):
-            refusal = text_response(503, "server is not ready\n")
-        if refusal is not None:
-            return refusal
-        in_header = None if route.key_in_band else self.keys.identify(presented_token(websocket))
-        claim = Claim(self.keys, in_header)
+        who = self._checked(websocket, route.key_in_band)
+        if isinstance(who, Response):
+            return who
+        if self.engine is None or self.vad is None or self.report is None:
+            return text_response(503, "server is not ready\n")
+        grant = who if isinstance(who, Grant) else None
+        claim = Claim(self.keys, who.tenant if isinstance(who, Grant) else who)
+        pins = grant.pins if grant is not None else Pins()
         try:
-            codec = route.make_codec(self._handshake(websocket), self.codec_settings(claim))
+            codec = route.make_codec(self._handshake(websocket), self.codec_settings(claim, pins))
         except ProtocolError as exc:  # the handshake itself is refused (a bad signature)
             self.metrics.protocol_error(exc.code)
             status = HANDSHAKE_REFUSALS.get(exc.code, 400)
             return text_response(status, exc.message + "\n")
-        return codec, claim
+        return codec, claim, grant
 
-    def codec_settings(self, claim: Claim) -> CodecSettings:
+    def codec_settings(self, claim: Claim, pins: Pins | None = None) -> CodecSettings:
         """What a connection's codec is made with: limits, the key check (which records
         the key's tenant in `claim`; a refusal is counted where the codec's error ends
-        the session), the Twilio secret."""
+        the session), the Twilio secret, what its client secret pins."""
         return CodecSettings(
             self.config.limits.session_limits(),
             claim.check,
             self.config.listen.twilio_auth_token,
             self.config.listen.audiohook_secret(),
+            pins or Pins(),
         )
 
     def _handshake(self, websocket: WebSocket) -> Handshake:
@@ -650,7 +713,12 @@ class App:
         return self._session_config
 
     async def _run_session(
-        self, port: SocketPort, codec: Codec, route: WebSocketRoute, claim: Claim
+        self,
+        port: SocketPort,
+        codec: Codec,
+        route: WebSocketRoute,
+        claim: Claim,
+        grant: Grant | None = None,
     ) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
@@ -658,6 +726,8 @@ class App:
         config = self.session_config()
         if self.vad_pump is not None:
             config = replace(config, defer_vad=True)
+        if grant is not None:  # the session core makes every Configure obey the pins
+            config = replace(config, pinned=grant.pins)
         session = SessionCore(session_id, config, self.vad)
         conn = Connection(
             port,
@@ -732,7 +802,7 @@ class App:
     def _followed_key(self, conn: HTTPConnection, stream_id: str) -> str | Response:
         """The hub key of the stream a follower names: its own tenant's stream of that id,
         or, for an admin key, the one of the tenant `?tenant=` names."""
-        caller = self.keys.identify(presented_token(conn))  # refusal() has checked the key
+        caller = self.caller(conn)  # refusal() has checked the key or client secret
         named = conn.query_params.get("tenant")
         key = None if caller is None else followed_key(caller, stream_id, named)
         if key is None:

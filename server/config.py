@@ -31,6 +31,7 @@ from server.engines.url import parse_engine_url
 from server.hotwords_file import read_hotwords_file
 from server.http.auth import OriginPolicy
 from server.http.client_address import TrustedProxies
+from server.http.client_secrets import MIN_SECRET_BYTES
 from server.streams.webhooks import url_parts
 from streaming.limits import SessionLimits
 from streaming.partials.policy import PartialPolicy
@@ -79,6 +80,11 @@ class ListenConfig:
     # limits. Only list proxies that overwrite or append to that header: anyone else could
     # name any address.
     forwarded_allow_ips: str | None = None
+    # Client secrets (POST /v1/realtime/client_secrets) are signed with this (32+ bytes;
+    # best through SENSESTREAM_TOKEN_SECRET or the file). Hosts that must take each
+    # other's tokens share it; unset, each start makes a random one (tokens die with it).
+    token_secret: str | None = None
+    token_secret_file: str | None = None
 
     def audiohook_secret(self) -> bytes | None:
         """The AudioHook client secret's bytes, or None when handshakes go unchecked."""
@@ -111,6 +117,7 @@ class ListenConfig:
             raise ValueError("public_url must be an http:// or https:// URL")
         self.origin_policy()  # a malformed allowed_origins entry fails at start-up
         self.audiohook_secret()  # so does a client secret that is not base64
+        self._check_token_secret()
         for prefix in self.webhook_prefixes:
             parts = urlsplit(prefix)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -125,6 +132,13 @@ class ListenConfig:
                     f"webhook_allow prefix {prefix!r} holds a dot segment, an encoded / or \\, "
                     "or a port out of range"
                 )
+
+    def _check_token_secret(self) -> None:
+        # The file is read where the secret is used (and checked at start by main).
+        if self.token_secret is not None and self.token_secret_file is not None:
+            raise ValueError("give token_secret or token_secret_file, not both")
+        if self.token_secret is not None and len(self.token_secret.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"token_secret must be at least {MIN_SECRET_BYTES} bytes")
 
     @property
     def webhook_prefixes(self) -> tuple[str, ...]:
@@ -175,6 +189,8 @@ class LimitsConfig:
     # apart, so waits cannot take the followers' slots, in all and from one address.
     max_waiting_followers: int = 64
     max_waiting_followers_per_ip: int = 16
+    # The most sessions one client secret may open over its life (a mint may ask fewer).
+    token_max_sessions: int = 10
 
     def __post_init__(self) -> None:
         self.session_limits()  # the per-session rules live in streaming.limits
@@ -200,6 +216,8 @@ class LimitsConfig:
             raise ValueError("max_sessions, max_sessions_per_ip and max_pending_events >= 1")
         if self.send_buffer_bytes is not None and self.send_buffer_bytes < 1024:
             raise ValueError("send_buffer_bytes must be at least 1024")
+        if self.token_max_sessions < 1:
+            raise ValueError("token_max_sessions must be >= 1")
 
     def session_limits(self) -> SessionLimits:
         return SessionLimits(

@@ -45,7 +45,7 @@ CONFIG_HELP = (
 #: name) and a one-line description. `server` holds ServerConfig's own fields.
 SECTIONS: Mapping[str, str] = MappingProxyType(
     {
-        "listen": "Addresses, TLS, API keys, browser origins, signed handshakes, webhooks.",
+        "listen": "Addresses, TLS, API keys and client secrets, origins, signatures, webhooks.",
         "limits": "What one client, one address and the whole server may take.",
         "session": "How sessions cut speech into utterances and when results come.",
         "engine": "Which model runs where, how requests batch, the test-model stand-in.",
@@ -104,6 +104,14 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Proxies in front (comma-separated IPs and CIDRs) whose X-Forwarded-For or "
             "Forwarded header names the client for per-IP limits; unset: none."
         ),
+        "token_secret": (
+            "Secret that signs client secrets (POST /v1/realtime/client_secrets): 32+ bytes, "
+            "the same on every host that takes the others' tokens; unset, with no file: a "
+            "random one per start. Best set as SENSESTREAM_TOKEN_SECRET."
+        ),
+        "token_secret_file": (
+            "File holding --token-secret (surrounding whitespace dropped); not with --token-secret."
+        ),
         # limits
         "max_sessions": "Streaming sessions in all (more get server_full): 1 or more.",
         "max_sessions_per_ip": "Streaming sessions from one client address: 1 or more.",
@@ -141,6 +149,10 @@ HELP: Mapping[str, str] = MappingProxyType(
             "apart from the followers: 1 or more."
         ),
         "max_waiting_followers_per_ip": "Waiting follower handshakes from one address: 1 or more.",
+        "token_max_sessions": (
+            "Most sessions one client secret may open over its life (a mint may ask fewer "
+            "with max_sessions): 1 or more."
+        ),
         # session
         "vad": "Voice activity detector: fsmn (FunASR's FSMN model) or webrtc (WebRTC's GMM).",
         "end_silence_ms": "Silence that ends an utterance, in ms: 50..10000.",

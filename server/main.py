@@ -13,7 +13,7 @@ from engine.errors import EngineError
 from server.app import App
 from server.config import ServerConfig, current_environ, load_config
 from server.http.addresses import ListenError, page_url, ws_url
-from server.http.auth import load_keys
+from server.http.auth import load_keys, load_token_secret
 from server.supervisor.host import Supervisor, install_signals
 
 log = logging.getLogger("sensestream")
@@ -45,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: api keys: {exc}", file=sys.stderr)
         return 2
+    try:  # the app reads it again; a short secret or an unreadable file stops us here
+        load_token_secret(config.listen.token_secret, config.listen.token_secret_file)
+    except (OSError, ValueError) as exc:
+        print(f"error: token secret: {exc}", file=sys.stderr)
+        return 2
     configure_logging(config.log_level)
 
     def announce(port: int) -> None:
@@ -53,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workers = config.worker_count(len(os.sched_getaffinity(0)))
     if workers > 1:
-        return supervise(config, args, workers, announce)
+        return supervise(config, args, workers, announce, environ)
     try:
         runner()(run(config, environ, announce))
     except ListenError as exc:
@@ -76,12 +81,16 @@ def configure_logging(level: str) -> None:
 
 
 def supervise(
-    config: ServerConfig, argv: Sequence[str], workers: int, announce: Callable[[int], None]
+    config: ServerConfig,
+    argv: Sequence[str],
+    workers: int,
+    announce: Callable[[int], None],
+    environ: Mapping[str, str],
 ) -> int:
     """Serve with a supervisor, `workers` worker processes and engine processes."""
 
     async def serve() -> int:
-        supervisor = Supervisor(config, argv, workers)
+        supervisor = Supervisor(config, argv, workers, environ)
         install_signals(supervisor)
         return await supervisor.run(announce)
 

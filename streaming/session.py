@@ -58,6 +58,7 @@ from streaming.events import (
 from streaming.limits import RateMeter, SessionLimits
 from streaming.partials.policy import PartialPolicy
 from streaming.partials.window import PartialWindow
+from streaming.pins import Pins
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
 from streaming.vad.jobs import VadJob, VadStep
 from streaming.vad.types import VadConfig, VadEvent, VadModel
@@ -92,6 +93,8 @@ class SessionConfig:
     max_job_blocks: int = 10
     # The server's hotwords (`--hotwords-file`), favoured after each session's own.
     hotwords: tuple[Hotword, ...] = ()
+    # What this connection's credential fixes (a client secret's pins): set per connection.
+    pinned: Pins = field(default_factory=Pins)
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -387,6 +390,7 @@ class Session:
         checks every channel before it applies a command to any)."""
         if command.multichannel:
             raise StateError("the channel layout is fixed once the stream has started")
+        self._config.pinned.check(command.audio)
         renamed = command.stream_id is not None and command.stream_id != self._stream_id
         rehooked = command.webhook_url is not None and command.webhook_url != self._webhook_url
         if (renamed or rehooked) and self._audio is not None:
@@ -399,6 +403,7 @@ class Session:
 
     def _configure(self, command: Configure) -> None:
         self.check_configure(command)
+        command = self._config.pinned.apply(command)
         # The stream id and webhook come with the first Configure and never change.
         self._stream_id = command.stream_id or self._stream_id
         self._webhook_url = command.webhook_url or self._webhook_url
@@ -446,9 +451,10 @@ class Session:
 
     def _receive_audio(self, data: bytes, now: float) -> None:
         decoder = self._decoder
-        if decoder is None:  # audio alone means the defaults (16 kHz s16le mono)
-            decoder = self._start_stream(Configure())
-            self._announce(Configure())
+        if decoder is None:  # audio alone means the defaults (16 kHz s16le mono), or the pins
+            implied = self._config.pinned.apply(Configure(self._config.pinned.audio))
+            decoder = self._start_stream(implied)
+            self._announce(implied)
         samples = decoder.decode(data)
         self._meter.admit(len(samples), now)
         self._held.append(samples)

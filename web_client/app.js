@@ -88,9 +88,33 @@ const state = {
 // without writing it to disk or into the address bar's history.
 const KEY_STORAGE = 'sensestream.apiKey';
 const auth = {
-  token: new URLSearchParams(location.search).get('token') ?? storedKey(),
+  token: fragmentSecret() ?? new URLSearchParams(location.search).get('token') ?? storedKey(),
   retry: null, // what to run again once a key is entered
 };
+
+/**
+ * A client secret handed over in the address's fragment (`#token=ek_…`, minted by a
+ * backend with POST /v1/realtime/client_secrets): used instead of asking for a key. A
+ * fragment never reaches a server or its logs; it is taken off the address at once, so it
+ * is not bookmarked or copied on, and kept in the tab like a typed key, so a reload keeps
+ * it until it expires.
+ */
+function fragmentSecret() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get('token');
+  if (token === null) return null;
+  params.delete('token');
+  const url = new URL(location.href);
+  url.hash = params.toString();
+  history.replaceState(history.state, '', url);
+  if (!token.startsWith('ek_')) return null; // only client secrets come this way
+  try {
+    sessionStorage.setItem(KEY_STORAGE, token);
+  } catch {
+    // storage disabled: the secret still works until the page is reloaded
+  }
+  return token;
+}
 
 function storedKey() {
   try {
@@ -442,12 +466,25 @@ async function whyRefused() {
     return { kind: 'unreachable', message: 'The server cannot be reached' };
   }
   if (response.status === 401) {
-    const message = auth.token ? 'The API key was refused' : 'This server needs an API key';
-    return { kind: 'key', message };
+    return { kind: 'key', message: keyRefusal() };
   }
-  if (response.status === 403) return { kind: 'origin', message: ORIGIN_MESSAGE };
+  if (response.status === 403) return forbidden(await response.text());
   if (response.status === 503) return { kind: 'busy', message: await busyMessage(response) };
   return { kind: 'upgrade', message: `The WebSocket handshake failed (HTTP ${response.status})` };
+}
+
+/** A 403 is the origin policy's, or a client secret that has opened all its sessions. */
+function forbidden(text) {
+  if (text.startsWith('client secret used up')) {
+    return { kind: 'key', message: 'The access token has opened all the sessions it may' };
+  }
+  return { kind: 'origin', message: ORIGIN_MESSAGE };
+}
+
+function keyRefusal() {
+  if (!auth.token) return 'This server needs an API key';
+  if (auth.token.startsWith('ek_')) return 'The access token was refused (it may have expired)';
+  return 'The API key was refused';
 }
 
 /** The server says which: "server is starting" or "server is draining". */

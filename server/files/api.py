@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -25,7 +26,10 @@ from server.files.uploads import Upload, read_upload
 from server.host.admission import Kind
 from server.host.admission import Scope as Refused
 from server.host.local import Host
+from server.http.client_secrets import Grant
+from server.http.credentials import Refused as KeyRefused
 from server.http.responses import json_response, response
+from server.http.tenants import Tenant
 from streaming.events import Final
 from streaming.protocols.openai.files import (
     FileApiError,
@@ -113,6 +117,7 @@ class FileApiHost(Protocol):
     def state(self) -> str: ...
     def origin_refusal(self, conn: HTTPConnection) -> Response | None: ...
     def authorized(self, conn: HTTPConnection) -> bool: ...
+    def credential(self, conn: HTTPConnection) -> Tenant | Grant | KeyRefused: ...
     def session_config(self) -> SessionConfig: ...
     @property
     def host(self) -> Host: ...
@@ -178,7 +183,7 @@ class FileApi:
             slot.audio = await asyncio.to_thread(
                 FileAudio, audio_file, limits.max_upload_seconds, name
             )
-            slot.runner = runner = self._runner(slot.audio)
+            slot.runner = runner = self._runner(slot.audio, self._config(request))
         except FileApiError as exc:
             return api_error(exc)
         duration_s = slot.audio.info.duration_s
@@ -206,11 +211,21 @@ class FileApi:
         except FileApiError as exc:
             yield sse_error(exc)
 
-    def _runner(self, audio: FileAudio) -> FileJob:
+    def _runner(self, audio: FileAudio, config: SessionConfig) -> FileJob:
         app = self.app
         if app.engine is None or app.vad is None or app.report is None:
             raise FileApiError(503, "the server is not ready")
-        return FileJob(app.engine, app.vad, app.session_config(), audio)
+        return FileJob(app.engine, app.vad, config, audio)
+
+    def _config(self, request: Request) -> SessionConfig:
+        """The sessions' settings, under a client secret's pinned language and hotwords
+        (not its audio format: a file's container names its own)."""
+        config = self.app.session_config()
+        who = self.app.credential(request)
+        if isinstance(who, Grant):
+            pins = replace(who.pins, encoding=None, sample_rate=None)
+            config = replace(config, pinned=pins)
+        return config
 
     def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
         app = self.app

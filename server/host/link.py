@@ -35,6 +35,7 @@ from server.host.messages import (
     Subscribe,
     Topic,
     Unfollow,
+    UseToken,
     Why,
 )
 from server.http.tenants import Tenant
@@ -138,6 +139,16 @@ class HostLink:
     def release(self, lease: int) -> None:
         if self._channel is not None:
             self._channel.notify(Release(lease))
+
+    async def use_token(
+        self, token_id: str, limit: int, expires_at: float, now: float, peek: bool = False
+    ) -> bool:
+        # Without its supervisor the count is unknown: the token opens nothing (fails closed).
+        try:
+            got = await self._call(UseToken(token_id, limit, expires_at, now, peek))
+        except ChannelClosedError:
+            return False
+        return got is True
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         follow_id = f"{self.worker}.{next(self._ids)}"

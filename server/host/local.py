@@ -7,6 +7,7 @@ from typing import Protocol
 
 from server.host.admission import Admission, Kind, Scope
 from server.host.messages import Followed
+from server.host.token_uses import TokenUses
 from server.http.tenants import Tenant
 from server.streams.hub import StreamFullError, StreamHub, Subscription
 
@@ -24,6 +25,13 @@ class Host(Protocol):
 
     def release(self, lease: int) -> None: ...
 
+    async def use_token(
+        self, token_id: str, limit: int, expires_at: float, now: float, peek: bool = False
+    ) -> bool:
+        """Count one more session of a client secret, unless it has opened `limit`
+        (`peek`: only say whether it would be counted)."""
+        ...
+
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         """A subscriber of the live stream `key` on any worker (waiting up to `wait_s`
         for it to start), or why not (MISSING, FULL)."""
@@ -40,6 +48,7 @@ class LocalHost:
     def __init__(self, admission: Admission, hub: StreamHub) -> None:
         self.admission = admission
         self._hub = hub
+        self._token_uses = TokenUses()
 
     async def acquire(self, kind: Kind, peer: str) -> int | Scope:
         return self.admission.acquire(kind, peer)
@@ -49,6 +58,11 @@ class LocalHost:
 
     def release(self, lease: int) -> None:
         self.admission.release(lease)
+
+    async def use_token(
+        self, token_id: str, limit: int, expires_at: float, now: float, peek: bool = False
+    ) -> bool:
+        return self._token_uses.use(token_id, limit, expires_at, now, peek)
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         return await follow_here(self._hub, key, wait_s)

@@ -1,6 +1,7 @@
 """What workers and the supervisor say to each other over their channel: plain records.
 
-Worker → supervisor calls: `Acquire`, `OpenStream`, `ListStreams`, `Follow`, `Gather`.
+Worker → supervisor calls: `Acquire`, `UseToken`, `OpenStream`, `ListStreams`, `Follow`,
+`Gather`.
 Supervisor → worker calls: `Describe`, `Subscribe`, `Report`.
 Notices, either way: `Joined`, `Release`, `CloseStream`, `Relay`, `Unfollow`.
 """
@@ -45,6 +46,19 @@ class Acquire:
 @dataclass(frozen=True, slots=True)
 class Release:
     lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class UseToken:
+    """One more session of the client secret `token_id`, unless it has opened `limit`
+    (answered True or False); `expires_at` and `now` say when its count may be dropped.
+    `peek` only asks whether one would be counted."""
+
+    token_id: str
+    limit: int
+    expires_at: float
+    now: float
+    peek: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
+from server.http.client_secrets import MIN_SECRET_BYTES
 from server.http.tenants import Keyring, parse_key
 
 
@@ -27,6 +28,21 @@ def load_keys(inline: str | None, key_file: str | None) -> Keyring:
         # Keys were asked for; none came out: serving openly would be a silent downgrade.
         raise ValueError(f"no API key in {key_file or 'api_keys'}")
     return Keyring(tuple(parse_key(entry) for entry in entries))
+
+
+def load_token_secret(inline: str | None, secret_file: str | None) -> bytes | None:
+    """The secret client secrets are signed with: the option's, else its file's (without
+    surrounding whitespace); None when neither is given. Raises ValueError (too short)
+    or OSError (an unreadable file)."""
+    if secret_file:
+        secret = Path(secret_file).read_bytes().strip()
+    elif inline:
+        secret = inline.encode()
+    else:
+        return None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"the token secret must be at least {MIN_SECRET_BYTES} bytes")
+    return secret
 
 
 #: OpenAI's browser clients carry the key as a WebSocket subprotocol with this prefix.

@@ -46,7 +46,7 @@ def _funasr(handshake: Handshake, settings: CodecSettings) -> Codec:
 
 
 def _openai(handshake: Handshake, settings: CodecSettings) -> Codec:
-    return OpenAIRealtimeCodec(handshake, settings.limits)
+    return OpenAIRealtimeCodec(handshake, settings.limits, pinned=settings.pinned)
 
 
 def websocket_routes() -> dict[str, WebSocketRoute]:

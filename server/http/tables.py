@@ -21,6 +21,10 @@ class FileRoutes(Protocol):
     async def transcriptions(self, request: Request) -> Response: ...
 
 
+class SecretRoutes(Protocol):
+    async def create(self, request: Request) -> Response: ...
+
+
 class App(Protocol):
     """What the route tables need of the app they route to (`server.app.App`, which sits
     above this package and is not imported here)."""
@@ -31,6 +35,8 @@ class App(Protocol):
     def routes(self) -> Mapping[str, StreamRoute]: ...
     @property
     def file_api(self) -> FileRoutes: ...
+    @property
+    def client_secret_api(self) -> SecretRoutes: ...
     async def websocket(self, websocket: WebSocket, route: StreamRoute) -> None: ...
     async def stream_probe(self, request: Request, key_in_band: bool = False) -> Response: ...
     async def follow(self, websocket: WebSocket) -> None: ...
@@ -76,6 +82,7 @@ def main_app(app: App) -> Starlette:
         WebSocketRoute(FOLLOW_PATH, app.follow, name="follow"),
         Route("/v1/models", app.file_api.models),
         Route("/v1/audio/transcriptions", app.file_api.transcriptions, methods=["POST"]),
+        Route("/v1/realtime/client_secrets", app.client_secret_api.create, methods=["POST"]),
     ]
     if app.config.listen.metrics_port is None:
         routes += _ops(app)

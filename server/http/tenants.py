@@ -113,6 +113,13 @@ class Keyring:
                 found = key.tenant
         return found
 
+    def holds(self, tenant: Tenant) -> bool:
+        """Whether some key still speaks for `tenant` (name and scope): a client secret
+        minted with a key outlives it only while its tenant has a key."""
+        if not self.keys:
+            return tenant == ANONYMOUS
+        return any(key.tenant == tenant for key in self.keys)
+
 
 def stream_key(tenant: str, stream_id: str) -> str:
     """A stream's name in the hub: ids are unique within a tenant, not across tenants.

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("sensestream.supervisor")
@@ -33,6 +33,7 @@ class ChildSpec:
     role: str  # engine or worker
     pass_fds: tuple[int, ...] = ()
     first_argv: tuple[str, ...] | None = None  # the first start's command, when it differs
+    env: Mapping[str, str] | None = None  # its whole environment; None: the supervisor's
 
 
 class Child:
@@ -58,6 +59,7 @@ class Child:
         self.proc = await asyncio.create_subprocess_exec(
             *argv,
             pass_fds=self.spec.pass_fds,
+            env=self.spec.env,
             stdin=asyncio.subprocess.PIPE,
             start_new_session=True,
         )

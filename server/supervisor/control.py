@@ -1,7 +1,8 @@
 """The supervisor's side of its workers' channels: the one owner of host-wide state.
 
-Admission counts (server.host.admission), which worker runs each live stream, and the
-follows relayed between workers live here. A worker whose channel closes (it stopped, or
+Admission counts (server.host.admission), the sessions each client secret opened
+(server.host.token_uses), which worker runs each live stream, and the follows relayed
+between workers live here. A worker whose channel closes (it stopped, or
 was killed) gives back every lease it held, its streams are unlisted, and the followers
 elsewhere of its streams are told the stream was lost.
 """
@@ -34,8 +35,10 @@ from server.host.messages import (
     Subscribe,
     Topic,
     Unfollow,
+    UseToken,
     Why,
 )
+from server.host.token_uses import TokenUses
 from server.streams.hub import KeyWaits
 
 log = logging.getLogger("sensestream.supervisor")
@@ -75,6 +78,7 @@ class Control:
         gathered: Callable[[Topic, list[tuple[int, object]]], Awaitable[object]],
     ) -> None:
         self.admission = admission
+        self.token_uses = TokenUses()  # sessions each client secret opened, host-wide
         self._gathered = gathered
         self.links: dict[int, WorkerLink] = {}  # by worker index: the current ones
         self._owners = itertools.count()
@@ -152,6 +156,10 @@ class Control:
                 return self.admission.refusal(body.kind, body.peer)
             case Acquire():
                 return self.admission.acquire(body.kind, body.peer, link.owner)
+            case UseToken():
+                return self.token_uses.use(
+                    body.token_id, body.limit, body.expires_at, body.now, body.peek
+                )
             case OpenStream():
                 return self._open(link, body.key)
             case ListStreams():

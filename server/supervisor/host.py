@@ -13,18 +13,19 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from engine.serving.devices import parse_devices
-from server.config import ServerConfig
+from server.config import ENV_PREFIX, ListenConfig, ServerConfig
 from server.engines.url import parse_engine_url
 from server.host.admission import Admission, limits_of
 from server.host.exposition import Exposition, merge
@@ -43,10 +44,17 @@ STOP_MARGIN_S = 10.0
 class Supervisor:
     """One host: the sockets, the engine and worker processes, the host-wide state."""
 
-    def __init__(self, config: ServerConfig, argv: Sequence[str], workers: int) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        argv: Sequence[str],
+        workers: int,
+        environ: Mapping[str, str],
+    ) -> None:
         self.config = config
         self._argv = tuple(argv)
         self._workers = workers
+        self._worker_env = worker_environ(config.listen, environ)
         self._registry = CollectorRegistry()
         self._restarts = Gauge(
             "supervisor_restarts",
@@ -109,7 +117,12 @@ class Supervisor:
             # Worker 0's first start answers health checks while the model loads.
             first = self._worker_argv(index, runtime, fds, ops_fds, engine_url, early=True)
             spec = ChildSpec(
-                f"worker {index}", argv, "worker", (*fds, *ops_fds), first if index == 0 else None
+                f"worker {index}",
+                argv,
+                "worker",
+                (*fds, *ops_fds),
+                first if index == 0 else None,
+                self._worker_env,
             )
             self.workers.append(self._child(spec))
         for child in (*(c for c, _ in self.engines), *self.workers):
@@ -199,6 +212,21 @@ class Supervisor:
             if text is not None:
                 parts.append(Exposition({"process": "engine", "engine": str(index)}, text))
         return merge(parts)
+
+
+#: Where a worker finds the secret its supervisor made (the option's own variable).
+TOKEN_SECRET_VARIABLE = ENV_PREFIX + "TOKEN_SECRET"
+
+
+def worker_environ(listen: ListenConfig, environ: Mapping[str, str]) -> dict[str, str] | None:
+    """The workers' environment: None (the supervisor's own) when a token secret is
+    configured, which each worker then reads as the supervisor did; else the supervisor's
+    with a random secret made here, once, so that every worker, restarted ones too, signs
+    and checks client secrets with the same one. An environment is private to the user;
+    a command line is not."""
+    if listen.token_secret is not None or listen.token_secret_file is not None:
+        return None
+    return {**environ, TOKEN_SECRET_VARIABLE: secrets.token_urlsafe(48)}
 
 
 def install_signals(supervisor: Supervisor) -> None:

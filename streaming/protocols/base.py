@@ -10,6 +10,7 @@ from streaming.commands import Command
 from streaming.errors import ProtocolError
 from streaming.events import SessionEvent
 from streaming.limits import SessionLimits
+from streaming.pins import Pins
 
 #: A WebSocket message: str goes as a text frame, bytes as a binary frame.
 Frame = str | bytes
@@ -42,13 +43,16 @@ class CodecSettings:
     `check_key` judges an API key a protocol carries in its messages (a platform that
     cannot set headers); it says True for any key when the server has none.
     `twilio_auth_token`, when set, is the secret Twilio signs its handshakes with;
-    `audiohook_client_secret` the one Genesys signs AudioHook's with.
+    `audiohook_client_secret` the one Genesys signs AudioHook's with. `pinned`: what the
+    connection's credential (a client secret) fixes; the session core enforces it, and a
+    codec whose protocol announces its settings (OpenAI's) starts from it.
     """
 
     limits: SessionLimits = field(default_factory=SessionLimits)
     check_key: Callable[[str | None], bool] = _any_key
     twilio_auth_token: str | None = None
     audiohook_client_secret: bytes | None = None
+    pinned: Pins = field(default_factory=Pins)
 
 
 class Codec(Protocol):

@@ -50,6 +50,9 @@ def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -
         (["--log-level", "loud"], "log_level must be one of"),
         (["--shutdown-timeout-s", "0"], "shutdown_timeout_s must be > 0"),
         (["--max-upload-seconds", "0"], "max_upload_seconds must be positive"),
+        (["--token-secret", "s" * 31], "token_secret must be at least 32 bytes"),
+        (["--token-secret", "s" * 32, "--token-secret-file", "f"], "not both"),
+        (["--token-max-sessions", "0"], "token_max_sessions must be >= 1"),
         # A prefix that can never match (a dot segment, an encoded /) fails at start-up.
         (
             ["--webhook-allow", "https://h.example/a/../b/", "--webhook-secret", "s" * 16],
@@ -99,3 +102,15 @@ def test_an_abbreviated_option_is_refused_not_taken_for_another(
         load_config(["--max-bat=8"], {})
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --max-bat=8" in capsys.readouterr().err
+
+
+def test_a_short_or_unreadable_token_secret_file_stops_the_server_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.main import main
+
+    short = tmp_path / "secret"
+    short.write_text("s" * 31 + "\n", encoding="utf-8")
+    for path in (short, tmp_path / "missing"):
+        assert main(["--token-secret-file", str(path), "--port", "0"]) == 2
+        assert capsys.readouterr().err.startswith("error: token secret: ")

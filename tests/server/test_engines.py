@@ -53,7 +53,9 @@ def test_a_gateway_with_no_replica_answering_refuses_new_streams() -> None:
         engine = RemoteEngine(transport)
         engine.start()
         app.engine, app.state = engine, "ready"
-        conn = HTTPConnection({"type": "websocket", "headers": [], "path": "/ws"})
+        # A real scope always has a query: a client secret may ride in it, on any server.
+        scope = {"type": "websocket", "headers": [], "path": "/ws", "query_string": b""}
+        conn = HTTPConnection(scope)
         before = app.refusal(conn)
         transport.add(fake_replica("r0", asyncio.Event()))
         await asyncio.wait_for(engine.attached(), 5)

@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import re
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -701,6 +702,48 @@ def test_missing_or_wrong_api_key_asks_for_one_and_stops_reconnecting(
     assert len(sockets(web)) == 1  # counted afresh after the reload
     page.click("#start")
     page.wait_for_function("document.body.dataset.mode === 'idle'")
+    assert_clean_console(web, allow=REFUSAL_ERRORS)
+
+
+def mint(server: ServerProcess, key: str) -> str:
+    """A client secret, as a customer's backend mints one for its page."""
+    request = urllib.request.Request(
+        server.server.http_url + "/v1/realtime/client_secrets",
+        data=json.dumps({"max_sessions": 2}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        value: str = json.loads(answer.read())["value"]
+    return value
+
+
+def test_a_client_secret_in_the_fragment_is_used_and_taken_off_the_address(
+    web_for: Callable[[ServerProcess], WebPage], keyed_server: ServerProcess
+) -> None:
+    token = mint(keyed_server, API_KEY)
+    web = web_for(keyed_server)
+    page = web.page
+    page.add_init_script(COUNT_SOCKETS)
+    web.open(f"#token={token}")
+    assert page.evaluate("location.href") == web.base_url + "/"  # nothing left to copy
+    page.click("#start")
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+    assert page.locator("#key-form").is_hidden()
+    assert sockets(web)[-1]["url"].endswith(f"/ws?token={token}")
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    # Its second and last session: the reload kept it (in the tab, like a typed key).
+    page.reload()
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    page.click("#start")
+    page.wait_for_function("Number(document.body.dataset.connects) >= 1")
+    page.click("#start")
+    page.wait_for_function("document.body.dataset.mode === 'idle'")
+    # Used up: refused, and the page says so and asks for a key instead.
+    page.click("#start")
+    page.get_by_label("API key").wait_for(state="visible")
+    assert status(web) == "The access token has opened all the sessions it may"
     assert_clean_console(web, allow=REFUSAL_ERRORS)
 
 

@@ -26,6 +26,7 @@ from streaming.errors import (
     EmptyCommitError,
     FrameTooLargeError,
     InvalidAudioError,
+    InvalidFieldError,
     MalformedMessageError,
     ProtocolError,
     ServerFullError,
@@ -45,6 +46,7 @@ from streaming.events import (
     StopCause,
 )
 from streaming.limits import SessionLimits
+from streaming.pins import Pins
 from streaming.protocols.base import Frame, Handshake
 from streaming.protocols.json_text import load_object
 from streaming.protocols.openai.fields import (
@@ -60,6 +62,7 @@ from streaming.protocols.openai.session import (
     Transcription,
     parse_beta,
     parse_ga,
+    pinned_settings,
 )
 
 #: OpenAI's cap on the audio of one `input_audio_buffer.append` (its base64 text).
@@ -123,11 +126,19 @@ def dump(obj: Mapping[str, Any]) -> str:
 class OpenAIRealtimeCodec:
     """One `/v1/realtime` connection: client events to commands, session events to JSON."""
 
-    def __init__(self, handshake: Handshake, limits: SessionLimits, ids: str | None = None) -> None:
+    def __init__(
+        self,
+        handshake: Handshake,
+        limits: SessionLimits,
+        ids: str | None = None,
+        pinned: Pins | None = None,
+    ) -> None:
         self._limits = limits
         self._dialect = dialect_of(handshake)
+        # A client secret's session is where this session starts, and what it fixes stays.
+        self._pinned = pinned or Pins()
         model = Transcription(model=handshake.param("model"))
-        self._settings = RealtimeSettings(transcription=model)
+        self._settings = pinned_settings(RealtimeSettings(transcription=model), self._pinned)
         self._ids = ids or uuid.uuid4().hex[:12]  # ids unique across sessions, as OpenAI's
         self._event_ids = itertools.count(1)
         self._audio_flowed = False  # the format and turn detection are fixed from here
@@ -196,10 +207,22 @@ class OpenAIRealtimeCodec:
         check_keys(event, ("type", "event_id", "session"), "")
         parse = parse_ga if dialect is Dialect.GA else parse_beta
         new = parse(required(event, "session", ""), self._settings)
+        self._check_pinned(new, dialect)
+        new = pinned_settings(new, self._pinned)
         self._check_locked(new, dialect)
         self._settings = new
         self._updates.append((dialect, new))
         return (new.command(),)
+
+    def _check_pinned(self, new: RealtimeSettings, dialect: Dialect) -> None:
+        """The core refuses another format than the client secret's; saying so here names
+        the field, and leaves this codec's settings as they were."""
+        try:
+            self._pinned.check(new.audio)
+        except InvalidFieldError as exc:
+            ga = dialect is Dialect.GA
+            param = "session.audio.input.format" if ga else "session.input_audio_format"
+            raise RealtimeFieldError(exc.message, param) from exc
 
     def _check_locked(self, new: RealtimeSettings, dialect: Dialect) -> None:
         """The core fixes these once audio flows; saying so here names the field."""

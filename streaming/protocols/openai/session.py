@@ -19,6 +19,7 @@ from streaming.commands import (
     prompt_keywords,
 )
 from streaming.errors import InvalidFieldError
+from streaming.pins import Pins
 from streaming.protocols.openai.fields import (
     RealtimeFieldError,
     boolean,
@@ -122,6 +123,22 @@ class RealtimeSettings:
             prompt=t.prompt,
         )
         return Configure(self.audio, options)
+
+
+def pinned_settings(settings: RealtimeSettings, pins: Pins) -> RealtimeSettings:
+    """`settings` with what a client secret fixes in place of its own: the format, the
+    language and the keywords (so the session object reports what the session does)."""
+    changes: dict[str, Any] = {}
+    if pins.encoding is not None:
+        changes["encoding"] = pins.encoding
+    if pins.sample_rate is not None:
+        changes["sample_rate"] = pins.sample_rate
+    t = settings.transcription
+    if pins.language is not None:
+        t = replace(t, language=pins.language)
+    if pins.hotwords is not None:
+        t = replace(t, keywords=tuple(h.phrase for h in pins.hotwords))
+    return replace(settings, transcription=t, **changes)
 
 
 # ---- parsing ------------------------------------------------------------------------

@@ -163,3 +163,16 @@ def test_a_follower_whose_hand_over_crosses_the_streams_end_still_gets_all_of_it
     assert where is Followed.RELAYED
     assert events == [configured("call"), final(0), LOST, Ended()]
     assert missing is Followed.MISSING
+
+
+def test_a_client_secrets_sessions_are_counted_across_workers(tmp_path: Path) -> None:
+    async def scenario() -> list[bool]:
+        async with host(tmp_path) as (_, (first, second)):
+            return [
+                await first.link.use_token("tok", 2, 100.0, 1.0),
+                await second.link.use_token("tok", 2, 100.0, 1.0),
+                await first.link.use_token("tok", 2, 100.0, 1.0),
+                await second.link.use_token("other", 2, 100.0, 1.0),
+            ]
+
+    assert run(scenario()) == [True, True, False, True]

@@ -1,0 +1,152 @@
+"""Client secrets: short-lived tokens a backend mints with its API key for a browser.
+
+Sans-I/O: no clock (`now` is passed in), no randomness (the caller names the token id).
+A token is `ek_` + base64url(compact JSON payload) + `.` + base64url(HMAC-SHA256(secret,
+"ek1." + that payload text)), unpadded. It is stateless: every process given the same
+secret accepts it, so a host's workers and several hosts behind one balancer take each
+other's tokens. The payload names the minting key's tenant and scope, when the token was
+made and expires, its id (which the host counts its sessions by), the most sessions it
+may open, and the options it pins.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from engine.types import Hotword
+from server.http.tenants import Tenant
+from streaming.errors import InvalidFieldError
+from streaming.pins import Pins
+
+PREFIX = b"ek_"
+#: What the MAC covers before the payload: a later format signs another label.
+LABEL = b"ek1."
+#: Tokens travel in URLs and headers; a longer value is refused unread.
+MAX_TOKEN_CHARS = 4096
+MIN_SECRET_BYTES = 32
+BASE64URL = re.compile(rb"[A-Za-z0-9_-]+")
+
+
+class TokenRefusal(StrEnum):
+    """Why a presented token is not accepted (the words go to the log and the 401)."""
+
+    MALFORMED = "malformed client secret"
+    BAD_SIGNATURE = "client secret has a bad signature"
+    EXPIRED = "client secret expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a valid token grants: its minting key's tenant (name and scope), its life,
+    its id, how many sessions it may open, and what it pins."""
+
+    tenant: Tenant
+    token_id: str
+    issued_at: int
+    expires_at: int
+    max_sessions: int
+    pins: Pins = field(default_factory=Pins)
+
+
+def _b64(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def _unb64(text: bytes) -> bytes:
+    """Unpadded base64url; raises ValueError (binascii.Error is one) for anything else."""
+    if not BASE64URL.fullmatch(text):
+        raise ValueError("not unpadded base64url")
+    return base64.urlsafe_b64decode(text + b"=" * (-len(text) % 4))
+
+
+def _mac(secret: bytes, payload: bytes) -> bytes:
+    return _b64(hmac.new(secret, LABEL + payload, hashlib.sha256).digest())
+
+
+def mint_token(secret: bytes, grant: Grant) -> str:
+    """The token for `grant`, signed with `secret`."""
+    claims: dict[str, Any] = {
+        "tenant": grant.tenant.name,
+        "admin": grant.tenant.admin,
+        "iat": grant.issued_at,
+        "exp": grant.expires_at,
+        "jti": grant.token_id,
+        "max_sessions": grant.max_sessions,
+    }
+    pins = pins_json(grant.pins)
+    if pins:
+        claims["pins"] = pins
+    payload = _b64(json.dumps(claims, separators=(",", ":"), ensure_ascii=True).encode())
+    return (PREFIX + payload + b"." + _mac(secret, payload)).decode("ascii")
+
+
+def verify_token(secret: bytes, value: bytes, now: float) -> Grant | TokenRefusal:
+    """The grant of a presented token, or why not: the signature is compared first (in
+    constant time, as its text, so no other spelling of the same bytes passes), then the
+    payload read, then its expiry against `now`."""
+    if not value.startswith(PREFIX) or len(value) > MAX_TOKEN_CHARS:
+        return TokenRefusal.MALFORMED
+    payload, dot, signature = value[len(PREFIX) :].partition(b".")
+    if not dot or not payload:
+        return TokenRefusal.MALFORMED
+    if not hmac.compare_digest(signature, _mac(secret, payload)):
+        return TokenRefusal.BAD_SIGNATURE
+    try:
+        grant = _grant(json.loads(_unb64(payload)))
+    except (ValueError, TypeError, KeyError, AttributeError, InvalidFieldError):
+        # Signed with our secret yet unreadable: only a minter of another version.
+        return TokenRefusal.MALFORMED
+    if now >= grant.expires_at:
+        return TokenRefusal.EXPIRED
+    return grant
+
+
+def _grant(claims: dict[str, Any]) -> Grant:
+    """A payload's claims as a grant; raises ValueError, TypeError or KeyError."""
+    ints = [claims[name] for name in ("iat", "exp", "max_sessions")]
+    if any(type(v) is not int for v in ints) or type(claims["admin"]) is not bool:
+        raise TypeError("a claim has the wrong type")
+    if not isinstance(claims["tenant"], str) or not isinstance(claims["jti"], str):
+        raise TypeError("a claim has the wrong type")
+    issued, expires, count = ints
+    return Grant(
+        Tenant(claims["tenant"], claims["admin"]),
+        claims["jti"],
+        issued,
+        expires,
+        count,
+        pins_from_json(claims.get("pins", {})),
+    )
+
+
+def pins_json(pins: Pins) -> dict[str, Any]:
+    """The pins as the payload holds them: only what is pinned."""
+    out: dict[str, Any] = {}
+    if pins.language is not None:
+        out["language"] = pins.language
+    if pins.hotwords is not None:
+        out["hotwords"] = [[h.phrase, h.boost] for h in pins.hotwords]
+    if pins.encoding is not None:
+        out["encoding"] = pins.encoding
+    if pins.sample_rate is not None:
+        out["sample_rate"] = pins.sample_rate
+    return out
+
+
+def pins_from_json(given: dict[str, Any]) -> Pins:
+    """Pins read back from a payload; raises ValueError, TypeError, AttributeError or
+    InvalidFieldError."""
+    hotwords = given.get("hotwords")
+    return Pins(
+        language=given.get("language"),
+        hotwords=None if hotwords is None else tuple(Hotword(p, float(b)) for p, b in hotwords),
+        encoding=given.get("encoding"),
+        sample_rate=given.get("sample_rate"),
+    )

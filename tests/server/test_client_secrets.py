@@ -1,0 +1,456 @@
+"""Client secrets on a real server: minted with the `openai` SDK, used where keys are.
+
+A server with three tenants' keys (acme, beta, ops with the admin scope) and an explicit
+`--token-secret`, so the tests can also make tokens themselves with the token module:
+expired ones, and ones of a tenant the key file does not hold. Then a supervisor with two
+workers and no secret given: a token minted on either is taken by both, and its sessions
+are counted host-wide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+from openai import AsyncOpenAI, OpenAI, PermissionDeniedError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from engine.types import Hotword
+from sensestream.client import run_session
+from server.files.api import FileApi
+from server.http.client_secrets import Grant, mint_token
+from server.http.tenants import Tenant
+from streaming.pins import Pins
+from streaming.session import SessionConfig
+from tests.callcentre.subscriber import follow_url
+from tests.server.conftest import ServerProcess
+from tests.server.test_openai_realtime_route import COMPLETED, append_paced, collect, of
+from tests.speech import Clip, to_s16le
+from tools.speech import noise_floor
+
+ACME = "acme-key-0123456789abcdef"
+BETA = "beta-key-0123456789abcdef"
+OPS = "ops-key-0123456789abcdef"
+SECRET = "client-secret-signing-key-0123456789abcdef"
+SR = 16000
+TIMEOUT_S = 120.0
+PCM16K = {"type": "audio/pcm", "rate": SR}
+
+
+@pytest.fixture(scope="module")
+def server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    keys = tmp_path_factory.mktemp("keys") / "keys"
+    keys.write_text(f"acme:{ACME}\nbeta:{BETA}\nops:{OPS}:admin\n", encoding="utf-8")
+    proc = ServerProcess(
+        tiny_model_dir,
+        "--api-keys-file", str(keys),
+        "--token-secret", SECRET,
+        "--token-max-sessions", "5",
+        "--protect-metrics",
+    )  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def speech(speech_clips: list[Clip]) -> np.ndarray:
+    """One English sentence with a pause after it, so the VAD closes it."""
+    lead, tail = np.zeros(SR // 2, np.float32), np.zeros(int(1.5 * SR), np.float32)
+    audio = np.concatenate([lead, speech_clips[0].audio, tail])
+    return (audio + noise_floor(audio.size, seed=5)).astype(np.float32)
+
+
+def sdk(server: ServerProcess, key: str) -> OpenAI:
+    return OpenAI(api_key=key, base_url=f"http://127.0.0.1:{server.port}/v1")
+
+
+def transcription(**audio_input: Any) -> dict[str, Any]:
+    return {"type": "transcription", "audio": {"input": audio_input}}
+
+
+def mint(server: ServerProcess, key: str = ACME, **asked: Any) -> str:
+    """A token minted through the SDK, as a customer's backend mints one."""
+    value: str = sdk(server, key).realtime.client_secrets.create(**asked).value
+    return value
+
+
+def post(server: ServerProcess, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    """A raw mint request: the status and the JSON answer."""
+    request = urllib.request.Request(
+        server.server.http_url + "/v1/realtime/client_secrets",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def get(server: ServerProcess, path: str, credential: str) -> int:
+    headers = {"Authorization": f"Bearer {credential}"}
+    request = urllib.request.Request(server.server.http_url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def run(scenario: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario, TIMEOUT_S))
+
+
+async def status_of(url: str, **options: Any) -> int:
+    """A handshake's answer: 101 when it was let in (and closed again at once)."""
+    try:
+        async with connect(url, **options):
+            return 101
+    except InvalidStatus as exc:
+        return exc.response.status_code
+
+
+def first_message(url: str, **options: Any) -> dict[str, Any]:
+    async def scenario() -> dict[str, Any]:
+        async with connect(url, **options) as ws:
+            message: dict[str, Any] = json.loads(await ws.recv())
+            return message
+
+    result: dict[str, Any] = run(scenario())
+    return result
+
+
+def realtime_url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/realtime?intent=transcription"
+
+
+# ---- minting ---------------------------------------------------------------------------
+
+
+def test_the_sdk_mints_a_token_with_a_key(server: ServerProcess) -> None:
+    session = transcription(format=PCM16K, transcription={"language": "en"})
+    before = time.time()
+    answer = sdk(server, ACME).realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 120}, session=session
+    )
+    assert answer.value.startswith("ek_")
+    assert before + 119 <= answer.expires_at <= time.time() + 121
+    assert answer.session.type == "transcription" and answer.session.id
+    assert answer.session.audio is not None and answer.session.audio.input is not None
+    assert answer.session.audio.input.format is not None
+    assert answer.session.audio.input.format.type == "audio/pcm"
+    assert "client secret" in "".join(server.log) and answer.value not in "".join(server.log)
+
+
+def test_a_token_cannot_mint(server: ServerProcess) -> None:
+    token = mint(server)
+    with pytest.raises(PermissionDeniedError) as refused:
+        sdk(server, token).realtime.client_secrets.create()
+    assert refused.value.status_code == 403
+    assert refused.value.code == "token_cannot_mint"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "code", "param"),
+    [
+        ({}, {}, 401, "invalid_api_key", None),
+        ({}, {"Authorization": "Bearer wrong-key-0123456789"}, 401, "invalid_api_key", None),
+        ({}, {"Origin": "https://evil.example"}, 403, "origin_not_allowed", None),
+        ({"expires_after": {"anchor": "x"}}, {}, 400, "invalid_value", "expires_after.anchor"),
+        ({"expires_after": {"seconds": 5}}, {}, 400, "invalid_value", "expires_after.seconds"),
+        ({"session": {"type": "chat"}}, {}, 400, "invalid_value", "session.type"),
+        ({"max_sessions": 6}, {}, 400, "invalid_value", "max_sessions"),
+    ],
+)
+def test_a_mint_is_refused_with_openais_error_object(
+    server: ServerProcess,
+    body: Any,
+    headers: dict[str, str],
+    status: int,
+    code: str,
+    param: str | None,
+) -> None:
+    key = {} if "Authorization" in headers or status == 401 else bearer(ACME)
+    got, answer = post(server, body, {**key, **headers})
+    assert got == status
+    error = answer["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+
+
+# ---- sessions opened with a token -------------------------------------------------------
+
+
+def test_a_realtime_session_opened_with_a_token_gets_finals_under_its_pins(
+    server: ServerProcess, speech: np.ndarray
+) -> None:
+    token = mint(server, session=transcription(format=PCM16K, transcription={"language": "en"}))
+
+    async def scenario() -> list[Any]:
+        host = f"127.0.0.1:{server.port}"
+        client = AsyncOpenAI(
+            api_key=token, base_url=f"http://{host}/v1", websocket_base_url=f"ws://{host}/v1"
+        )  # the SDK sends the token as its Bearer key
+        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            asks = transcription(transcription={"language": "zh"})
+            await conn.session.update(session=asks)
+            sender = asyncio.create_task(append_paced(conn, to_s16le(speech), 2 * SR))
+            events = await collect(conn, lambda seen: len(of(seen, COMPLETED)) >= 1)
+            await sender
+            return events
+
+    events = run(scenario())
+    created, updated = events[0], events[1]
+    assert (created.type, updated.type) == ("session.created", "session.updated")
+    for event in (created, updated):  # the secret's session, whatever the client asks
+        audio_in = event.session.audio.input
+        assert audio_in.format.type == "audio/pcm" and audio_in.format.rate == SR
+        assert audio_in.transcription.language == "en"
+    assert of(events, COMPLETED) and of(events, "error") == []
+
+
+def test_the_browser_subprotocol_carries_a_token_and_keywords_are_pinned(
+    server: ServerProcess,
+) -> None:
+    words = {"language": "en", "keywords": ["sense stream"]}
+    token = mint(server, session=transcription(transcription=words))
+    offered = ["realtime", f"openai-insecure-api-key.{token}"]
+    created = first_message(realtime_url(server), subprotocols=offered)
+    assert created["type"] == "session.created"
+    transcribed = created["session"]["audio"]["input"]["transcription"]
+    assert (transcribed["language"], transcribed["keywords"]) == ("en", ["sense stream"])
+
+
+def test_a_v1_session_with_a_token_query_gets_finals_in_the_pinned_language(
+    server: ServerProcess, speech: np.ndarray
+) -> None:
+    token = mint(server, session=transcription(transcription={"language": "en"}))
+    start = {"type": "start", "language": "zh", "pace": "replay"}
+    outcome = run(run_session(f"{server.url}?token={token}", to_s16le(speech), start=start))
+    (ready,) = outcome.of("ready")
+    assert ready["config"]["language"] == "en"
+    assert outcome.of("final") and outcome.close_code == 1000
+
+
+def test_pinned_hotwords_replace_a_v1_clients_own(server: ServerProcess) -> None:
+    token = mint(server, session=transcription(transcription={"keywords": ["sense stream"]}))
+
+    async def scenario() -> dict[str, Any]:
+        async with connect(f"{server.url}?token={token}") as ws:
+            await ws.send(json.dumps({"type": "start", "hotwords": ["other words"]}))
+            ready: dict[str, Any] = json.loads(await ws.recv())
+            return ready
+
+    ready = run(scenario())
+    assert ready["type"] == "ready" and list(ready["config"]["hotwords"]) == ["sense stream"]
+
+
+def test_a_v1_start_in_another_format_than_the_pinned_one_is_refused(
+    server: ServerProcess,
+) -> None:
+    token = mint(server, session=transcription(format={"type": "audio/pcmu"}))
+
+    async def scenario() -> tuple[list[dict[str, Any]], int | None]:
+        async with connect(f"{server.url}?token={token}") as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+            seen = []
+            with contextlib.suppress(ConnectionClosed):
+                async for message in ws:
+                    seen.append(json.loads(message))
+            return seen, ws.close_code
+
+    events, code = run(scenario())
+    errors = [e for e in events if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["invalid_field"] and code == 1008
+    assert "mulaw at 8000 Hz" in errors[0]["message"]
+
+
+# ---- refusals -----------------------------------------------------------------------------
+
+
+def forged(tenant: Tenant, expires_at: float, secret: str = SECRET) -> str:
+    now = int(time.time())
+    return mint_token(secret.encode(), Grant(tenant, "forged", now - 700, int(expires_at), 5))
+
+
+def tampered(token: str) -> str:
+    """The token with one claim changed (the admin scope) and its old signature."""
+    payload, _, signature = token[3:].partition(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    changed = base64.urlsafe_b64encode(json.dumps({**claims, "admin": True}).encode())
+    return "ek_" + changed.decode().rstrip("=") + "." + signature
+
+
+def test_expired_tampered_foreign_and_other_servers_tokens_get_401(server: ServerProcess) -> None:
+    now = time.time()
+    refused = [
+        ("client secret expired", forged(Tenant("acme"), now - 60)),
+        ("client secret has a bad signature", tampered(mint(server))),
+        ("client secret's tenant has no key on this server", forged(Tenant("ghost"), now + 60)),
+        ("client secret has a bad signature", forged(Tenant("acme"), now + 60, "x" * 40)),
+    ]
+
+    async def scenario() -> list[int]:
+        statuses = []
+        for _, token in refused:
+            statuses.append(await status_of(f"{server.url}?token={token}"))
+            statuses.append(await status_of(realtime_url(server), additional_headers=bearer(token)))
+        return statuses
+
+    assert run(scenario()) == [401] * 2 * len(refused)
+    assert {get(server, "/v1/streams", token) for _, token in refused} == {401}
+    log = "".join(server.log)
+    for reason, token in refused:  # each refusal logged with its reason, never the token
+        assert f"401 {reason}" in log and token not in log
+
+
+def test_a_token_opens_at_most_its_max_sessions(server: ServerProcess) -> None:
+    token = mint(server, extra_body={"max_sessions": 1})
+    url = f"{server.url}?token={token}"
+    # A plain GET (the page asking why a socket was refused) opens no session.
+    assert server.http(f"/ws?token={token}")[0] == 426
+    assert [run(status_of(url)) for _ in range(3)] == [101, 403, 403]
+    assert any("403 client secret used up" in line for line in server.log)
+    assert server.http(f"/ws?token={token}")[0] == 403  # and the GET says so too
+
+
+@contextlib.asynccontextmanager
+async def live(server: ServerProcess, key: str, stream_id: str) -> Any:
+    async with connect(server.url, additional_headers=bearer(key)) as ws:
+        await ws.send(json.dumps({"type": "start", "stream_id": stream_id}))
+        assert json.loads(await ws.recv())["type"] == "ready"
+        yield ws
+
+
+def test_a_token_sees_its_own_tenants_streams_as_its_key_does(server: ServerProcess) -> None:
+    acme, ops = mint(server, ACME), mint(server, OPS)
+
+    def listed(token: str) -> list[str]:
+        request = urllib.request.Request(
+            server.server.http_url + "/v1/streams", headers=bearer(token)
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return [s["stream_id"] for s in json.loads(answer.read())["streams"]]
+
+    async def scenario() -> tuple[list[str], list[str], int, int]:
+        async with live(server, BETA, "beta-call"):
+            own = await asyncio.to_thread(listed, acme)
+            everyone = await asyncio.to_thread(listed, ops)
+            follow = follow_url(server.url, "beta-call", 0) + "&tenant=beta"
+            foreign = await status_of(follow, additional_headers=bearer(acme))
+            admin = await status_of(follow, additional_headers=bearer(ops))
+            return own, everyone, foreign, admin
+
+    own, everyone, foreign, admin = run(scenario())
+    assert "beta-call" not in own and "beta-call" in everyone
+    assert (foreign, admin) == (403, 101)
+
+
+def test_stats_and_metrics_take_keys_but_the_file_api_takes_tokens(
+    server: ServerProcess, speech: np.ndarray, tmp_path: Path
+) -> None:
+    token = mint(server, extra_body={"max_sessions": 1})
+    assert [get(server, path, token) for path in ("/stats", "/metrics")] == [401, 401]
+    assert [get(server, path, ACME) for path in ("/stats", "/metrics")] == [200, 200]
+    assert get(server, "/v1/models", token) == 200
+    wav = tmp_path / "speech.wav"
+    sf.write(wav, speech, SR, subtype="PCM_16")
+    for _ in range(2):  # an upload opens no streaming session: the bound is untouched
+        with wav.open("rb") as audio:
+            done = sdk(server, token).audio.transcriptions.create(model="whisper-1", file=audio)
+        assert isinstance(done.text, str)
+    assert run(status_of(f"{server.url}?token={token}")) == 101
+
+
+class FileHost:
+    """Just what the file API asks of its app to choose an upload's settings."""
+
+    def __init__(self, who: Tenant | Grant) -> None:
+        self.who = who
+
+    def session_config(self) -> SessionConfig:
+        return SessionConfig()
+
+    def credential(self, conn: object) -> Tenant | Grant:
+        return self.who
+
+
+def test_an_upload_with_a_token_keeps_its_language_and_hotwords_but_not_its_format() -> None:
+    pins = Pins("en", (Hotword("sense stream"),), "mulaw", 8000)
+    grant = Grant(Tenant("acme"), "t", 0, 9, 1, pins)
+    api = FileApi(FileHost(grant))  # type: ignore[arg-type]
+    assert api._config(None).pinned == Pins("en", (Hotword("sense stream"),))  # type: ignore[arg-type]
+    assert FileApi(FileHost(Tenant("acme")))._config(None).pinned == Pins()  # type: ignore[arg-type]
+
+
+# ---- two workers --------------------------------------------------------------------------
+
+
+def worker_of(ws: ClientConnection) -> int:
+    return int(ws.response.headers["x-sensestream-worker"])
+
+
+async def reaching(url: str, worker: int) -> ClientConnection:
+    """A connection served by `worker` (the kernel picks a worker per connection)."""
+    for _ in range(500):
+        ws = await connect(url)
+        if worker_of(ws) == worker:
+            return ws
+        await ws.close()
+    raise AssertionError(f"no connection reached worker {worker}")
+
+
+async def refusers(url: str, tries: int) -> list[tuple[int, int]]:
+    """Each refused handshake's status and the worker that refused it."""
+    seen = []
+    for _ in range(tries):
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(url):
+                pass
+        response = refused.value.response
+        seen.append((response.status_code, int(response.headers["x-sensestream-worker"])))
+    return seen
+
+
+def test_workers_take_each_others_tokens_and_count_their_sessions_together(
+    tiny_model_dir: Path,
+) -> None:
+    # No --token-secret: the supervisor makes one for both workers; no keys: anyone mints.
+    proc = ServerProcess(tiny_model_dir, "--workers", "2", "--token-max-sessions", "1000")
+    try:
+        many, once = mint(proc, "any"), mint(proc, "any", extra_body={"max_sessions": 1})
+
+        async def scenario() -> tuple[list[int], list[tuple[int, int]]]:
+            reached = []
+            for worker in (0, 1):
+                ws = await reaching(f"{proc.url}?token={many}", worker)
+                reached.append(worker_of(ws))
+                await ws.close()
+            async with connect(f"{proc.url}?token={once}"):
+                return reached, await refusers(f"{proc.url}?token={once}", 40)
+
+        reached, refused = run(scenario())
+    finally:
+        proc.stop()
+    assert reached == [0, 1]
+    assert {status for status, _ in refused} == {403}
+    assert {worker for _, worker in refused} == {0, 1}
