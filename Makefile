@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.ray-installed
 REPLICAS ?= 2
 
-.PHONY: venv ray system-deps serve replicas test lint typecheck unit bench-engine clean
+.PHONY: venv ray system-deps serve replicas test lint typecheck unit image-test bench-engine clean
 
 venv: $(STAMP)
 
@@ -49,7 +49,18 @@ system-deps:
 unit: ray system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: lint typecheck unit image-test
+
+# The container image (deploy/container/Dockerfile) built from a clone, run, and streamed
+# to: minutes the first time, then its dependency layers are reused.
+# SENSESTREAM_SKIP_IMAGE=1 leaves it out (a machine without root, or a quick run).
+image-test: venv
+ifeq ($(SENSESTREAM_SKIP_IMAGE),1)
+	@echo "image test skipped (SENSESTREAM_SKIP_IMAGE=1)"
+else
+	bash scripts/system_deps.sh image
+	SENSESTREAM_IMAGE_TEST=1 $(PY) -m pytest tests/deploy/test_image.py
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -2,9 +2,16 @@
 # The Debian packages the test suite needs: espeak-ng and sox make its speech, chromium
 # runs the browser tests, prometheus brings promtool for the tests of deploy/. Installs
 # what is missing when it can (root with apt-get); otherwise says what to install and
-# fails, rather than letting 100 tests error later.
+# fails, rather than letting 100 tests error later. `system_deps.sh image` adds what the
+# container image test needs: debootstrap makes its base, buildah builds and runs it,
+# podman imports the base.
 set -euo pipefail
 missing=()
+if [ "${1:-}" = image ]; then
+  for tool in debootstrap buildah podman; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+fi
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v sox >/dev/null || missing+=(sox libsox-fmt-all)
 command -v promtool >/dev/null || missing+=(prometheus)
