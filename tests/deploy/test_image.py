@@ -36,10 +36,14 @@ DOCKERFILE = "deploy/container/Dockerfile"
 BUILD_TIMEOUT_S = 1800
 READY_TIMEOUT_S = 180
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("SENSESTREAM_IMAGE_TEST") != "1",
-    reason="the image test runs under `make image-test` (SENSESTREAM_IMAGE_TEST=1)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("SENSESTREAM_IMAGE_TEST") != "1",
+        reason="the image test runs under `make image-test` (SENSESTREAM_IMAGE_TEST=1)",
+    ),
+    # The first build (base, torch, dependencies) takes longer than a test's 600 s default.
+    pytest.mark.timeout(BUILD_TIMEOUT_S + 600),
+]
 
 
 def run(*args: str, timeout: float = 600, **kwargs: object) -> str:
@@ -71,7 +75,7 @@ def local_wheels() -> list[str]:
         return []
     return [
         "--volume", f"{folder}:/wheels:ro",
-        "--build-arg", "TORCH_SOURCE=--no-index --find-links /wheels",
+        "--build-arg", "TORCH_SOURCE=--find-links /wheels",
     ]  # fmt: skip
 
 
@@ -156,7 +160,8 @@ def test_the_image_runs_as_a_user_with_a_readiness_health_check(
     config: dict[str, object], container: str
 ) -> None:
     assert config["User"] == "sensestream"
-    assert run("buildah", "run", "--isolation", "chroot", container, "--", "id", "-u").strip() != "0"
+    uid = run("buildah", "run", "--isolation", "chroot", container, "--", "id", "-u")
+    assert uid.strip() != "0"
     health = config["Healthcheck"]
     assert isinstance(health, dict) and "/readyz" in " ".join(health["Test"])
     assert config["Entrypoint"] == ["sensestream", "serve"]
@@ -183,4 +188,3 @@ def test_the_served_image_transcribes_a_recording(
     assert test[0] == "CMD-SHELL"
     probe = test[1].replace("8765", str(served))
     run("buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c", probe)
-
