@@ -67,16 +67,22 @@ def ensure_base() -> None:
         tar.wait(timeout=60)
 
 
-def local_wheels() -> list[str]:
-    """Build options that take torch from this host's wheel folder when pip here has one
-    (`PIP_FIND_LINKS`): PyTorch's own index may be out of reach, as it is on CI here."""
+def host_pip_options() -> list[str]:
+    """Build options that give the image's pip what pip here has: this host's wheel folder
+    (`PIP_FIND_LINKS`: torch's CPU wheel, as PyTorch's own index may be out of reach, as it
+    is on CI here) and its CA bundle (`PIP_CERT`: a TLS-inspecting proxy's)."""
+    volumes, options = [], []
     folder = os.environ.get("PIP_FIND_LINKS", "")
-    if not folder or not any(Path(folder).glob("torch-*.whl")):
+    if folder and any(Path(folder).glob("torch-*.whl")):
+        volumes += ["--volume", f"{folder}:/build/wheels:ro"]
+        options += ["--find-links", "/build/wheels"]
+    cert = os.environ.get("PIP_CERT", "")
+    if cert and Path(cert).is_file():
+        volumes += ["--volume", f"{cert}:/build/ca.crt:ro"]
+        options += ["--cert", "/build/ca.crt"]
+    if not options:
         return []
-    return [
-        "--volume", f"{folder}:/wheels:ro",
-        "--build-arg", "TORCH_SOURCE=--find-links /wheels",
-    ]  # fmt: skip
+    return [*volumes, "--build-arg", f"PIP_OPTIONS={' '.join(options)}"]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +93,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     run("git", "clone", "--quiet", str(REPO), str(clone))
     run(
         "buildah", "bud", "--isolation", "chroot", "--pull=never", "--layers",
-        "--format", "docker", "-f", DOCKERFILE, *local_wheels(), "-t", IMAGE, str(clone),
+        "--format", "docker", "-f", DOCKERFILE, *host_pip_options(), "-t", IMAGE, str(clone),
         timeout=BUILD_TIMEOUT_S,
     )  # fmt: skip
     return IMAGE
