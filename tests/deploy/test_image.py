@@ -74,7 +74,7 @@ def host_pip_options() -> list[str]:
     volumes, options = [], []
     folder = os.environ.get("PIP_FIND_LINKS", "")
     if folder and any(Path(folder).glob("torch-*.whl")):
-        volumes += ["--volume", f"{folder}:/build/wheels:ro"]
+        volumes += ["--volume", f"{folder}:/build/wheels:ro", "--build-arg", "TORCH_SOURCE="]
         options += ["--find-links", "/build/wheels"]
     cert = os.environ.get("PIP_CERT", "")
     if cert and Path(cert).is_file():
