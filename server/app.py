@@ -75,6 +75,7 @@ class ServerMetrics:
     media_dropped: Counter = field(init=False)
     cold_start: Gauge = field(init=False)
     loop_lag: Histogram = field(init=False)
+    ready: Gauge = field(init=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -91,6 +92,8 @@ class ServerMetrics:
             registry=r,
         )
         self.cold_start = Gauge("server_cold_start_seconds", "Load plus warm-up time", registry=r)
+        # Read at each scrape (App.readiness): 1 exactly when /readyz answers 200.
+        self.ready = Gauge("server_ready", "1 when /readyz answers 200, else 0", registry=r)
         self.loop_lag = Histogram(
             "server_event_loop_lag_seconds",
             "How late a 100 ms timer fires on the event loop",
@@ -169,6 +172,7 @@ class App:
         self.environ: Mapping[str, str] = environ if environ is not None else {}
         self.registry = CollectorRegistry()
         self.metrics = ServerMetrics(self.registry)
+        self.metrics.ready.set_function(lambda: float(self.readiness()[0]))
         self.monitor = Monitor(self.registry, load_nvml())
         self.engine: EngineClient | None = None
         self.report: EngineReport | None = None
@@ -502,6 +506,11 @@ class App:
                     await self._ready.wait()
 
     def _readyz(self) -> Response:
+        ready, said = self.readiness()
+        return text_response(200 if ready else 503, said + "\n")
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether this process takes sessions now, and /readyz's words for it."""
         engine = self.engine
         engine_ok = engine is not None and engine.healthy
         # A gateway says how many engine replicas answer (none answering: not ready); a
@@ -511,9 +520,9 @@ class App:
         if self.seat is not None and replicas is not None:
             engine_ok = engine_ok and len(replicas) >= self._engines_expected
         if self.state == "ready" and engine_ok:
-            return text_response(200, f"ready{answering}\n")
+            return True, f"ready{answering}"
         reason = self.state if self.state != "ready" else "engine unhealthy"
-        return text_response(503, f"not ready: {reason}{answering}\n")
+        return False, f"not ready: {reason}{answering}"
 
     async def _metrics(self) -> Response:
         if self.link is None:

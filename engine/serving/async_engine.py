@@ -297,6 +297,7 @@ class AsyncEngine:
         self.metrics.inference.observe(loop.time() - started)
         if isinstance(outcome, _OutOfMemory):
             lone = self.scheduler.split_after_oom(batch)
+            self.metrics.out_of_memory.labels("split" if lone is None else "failed").inc()
             if lone is not None:
                 self._deliver_error(lone, "out_of_memory", outcome.message)
             return

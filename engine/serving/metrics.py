@@ -50,3 +50,10 @@ class EngineMetrics:
         self.partials_dropped = Counter(
             "engine_partials_dropped", "Partials dropped (replaced, stale, overload)", registry=r
         )
+        self.out_of_memory = Counter(
+            "engine_out_of_memory_batches",
+            "Batches that ran out of device memory, by what followed: split (its halves "
+            "queued again) or failed (a lone request answered out_of_memory)",
+            ["outcome"],
+            registry=r,
+        )

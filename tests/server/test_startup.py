@@ -110,6 +110,8 @@ def test_readyz_long_poll_answers_when_the_model_is_ready(
     gate = GatedLoad(app_module.make_vad)
     monkeypatch.setattr(app_module, "make_vad", gate)
 
+    gauge: list[float | None] = []
+
     async def scenario() -> list[tuple[int, str]]:
         config = ServerConfig.from_options(model=str(tiny_model_dir), port=0, precision="fp32")
         app = App(config, dict(os.environ))
@@ -130,12 +132,14 @@ def test_readyz_long_poll_answers_when_the_model_is_ready(
             await asyncio.to_thread(gate.reached.wait, 120)
             async with aiohttp.ClientSession() as http:
                 answers = [await get_text(http, url)]
+                gauge.append(app.registry.get_sample_value("server_ready"))
                 poll = asyncio.create_task(get_text(http, url + "?wait=8"))
                 await asyncio.wait_for(held.wait(), 30)
                 assert not poll.done()
                 gate.go.set()
                 answers.append(await asyncio.wait_for(poll, 30))
                 answers.append(await get_text(http, url))
+                gauge.append(app.registry.get_sample_value("server_ready"))
         finally:
             gate.go.set()
             app.request_shutdown()
@@ -146,6 +150,7 @@ def test_readyz_long_poll_answers_when_the_model_is_ready(
     # Not ready while loading, then the held poll itself turned into the 200.
     assert [status for status, _ in answers] == [503, 200, 200], answers
     assert answers[0][1] == "not ready: starting\n"
+    assert gauge == [0.0, 1.0]  # server_ready follows /readyz (an alert rule reads it)
 
 
 def test_sigterm_while_a_client_keeps_sending_gives_owed_finals_end_and_1001(

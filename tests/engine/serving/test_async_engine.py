@@ -249,6 +249,8 @@ def test_an_out_of_memory_batch_is_split_until_it_fits_and_every_request_answere
     small_device = Recognizer(recognizer.model_dir, RunsOutOfMemoryAboveTwo(recognizer.backend))
     audios = [session_audio(speech_clips, i) for i in range(8)]
 
+    splits: list[float] = []
+
     async def main() -> list[InferenceResult]:
         engine = make_engine(small_device, max_batch=8)
         channels = [engine.open_session(f"s{i}") for i in range(len(audios))]
@@ -261,6 +263,10 @@ def test_an_out_of_memory_batch_is_split_until_it_fits_and_every_request_answere
             return [await asyncio.wait_for(c.get(), 60) for c in channels]
         finally:
             await engine.close(timeout=10)
+            registry = engine.metrics.registry
+            for outcome in ("split", "failed"):
+                name = "engine_out_of_memory_batches_total"
+                splits.append(registry.get_sample_value(name, {"outcome": outcome}) or 0.0)
 
     results = asyncio.run(main())
     assert all(r.error_code is None for r in results), [r.error_message for r in results]
@@ -270,3 +276,5 @@ def test_an_out_of_memory_batch_is_split_until_it_fits_and_every_request_answere
     sizes = small_device.backend.sizes  # type: ignore[attr-defined]
     assert sizes[0] == 8 and max(sizes[1:]) <= 4 and 8 in sizes  # split, then split again
     assert sum(s for s in sizes if s <= 2) == 8  # each request ran once, in a batch that fit
+    # Every batch over two split once (operators see it in engine_out_of_memory_batches).
+    assert splits == [sum(1 for s in sizes if s > 2), 0.0]
