@@ -1,0 +1,96 @@
+"""Applying what was found: the text and its timed tokens redacted, and where in time.
+
+A transcript's text is its tokens' texts joined and stripped (engine.decoding.transcript),
+so a character span of the text is a run of tokens, and their times are the span's: a
+recorder can bleep that audio. A token any part of which is redacted loses its text: the
+first of a span's tokens carries the placeholder (or its mask), the others are emptied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from engine.types import Token
+from streaming.redaction.detect import Found
+from streaming.redaction.policies import Policy
+
+#: What a mask keeps: the spaces and separators, so its shape still reads as a number.
+MASK_KEEPS = frozenset(" -./@+")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One redaction: its policy, and its time on the utterance's clock (ms)."""
+
+    policy: Policy
+    start_ms: int
+    end_ms: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"policy": self.policy.value, "start_ms": self.start_ms, "end_ms": self.end_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    """A text with its redactions applied, its tokens likewise, and their spans."""
+
+    text: str
+    tokens: tuple[Token, ...]
+    spans: tuple[Span, ...]
+
+
+def replacement(original: str, policy: Policy, mask: bool) -> str:
+    """The placeholder, or a mask of the same length."""
+    if not mask:
+        return policy.placeholder
+    return "".join(ch if ch in MASK_KEEPS else "*" for ch in original)
+
+
+def redact_text(text: str, found: Sequence[Found], mask: bool) -> str:
+    """`text` with every found span replaced (spans must not overlap)."""
+    out, at = [], 0
+    for f in sorted(found, key=lambda f: f.start):
+        out += [text[at : f.start], replacement(text[f.start : f.end], f.policy, mask)]
+        at = f.end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def redact(
+    text: str,
+    tokens: Sequence[Token],
+    found: Sequence[Found],
+    mask: bool,
+    utterance_ms: tuple[int, int],
+) -> Redacted:
+    """The text, its tokens and the redactions' time spans. A span no token covers (tokens
+    that do not spell the text) takes the utterance's whole time: bleep too much, not less."""
+    offsets = _token_offsets(text, tokens)
+    new_tokens = list(tokens)
+    spans = []
+    for f in found:
+        covered = [i for i, (a, b) in enumerate(offsets) if a < f.end and b > f.start]
+        if not covered:
+            spans.append(Span(f.policy, *utterance_ms))
+            continue
+        spans.append(Span(f.policy, tokens[covered[0]].start_ms, tokens[covered[-1]].end_ms))
+        lead = " " if tokens[covered[0]].text.startswith(" ") else ""
+        shown = replacement(text[f.start : f.end], f.policy, mask)
+        new_tokens[covered[0]] = replace(tokens[covered[0]], text=lead + shown)
+        for i in covered[1:]:
+            new_tokens[i] = replace(tokens[i], text="")
+    return Redacted(redact_text(text, found, mask), tuple(new_tokens), tuple(spans))
+
+
+def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]]:
+    """Each token's character span in `text`, or all (0, 0) when they do not spell it."""
+    joined = "".join(t.text for t in tokens)
+    lead = len(joined) - len(joined.lstrip())
+    if joined.strip() != text:
+        return [(0, 0)] * len(tokens)
+    offsets, at = [], -lead
+    for t in tokens:
+        offsets.append((max(0, at), max(0, at + len(t.text))))
+        at += len(t.text)
+    return offsets

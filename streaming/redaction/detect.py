@@ -1,0 +1,142 @@
+"""Finding what a policy redacts in a transcript's text.
+
+SenseVoice's inverse text normalisation writes numbers as digits ("4111 1111 1111 1111",
+"$42.50", "3:30 PM"), which is what makes rules reliable here. A run of digits is a
+sequence of digit groups joined by single spaces, hyphens or dots ("4111-1111 1111"). The
+rules, by policy:
+
+- `pci`: a run of 13 to 19 digits that passes the Luhn check; and, where the card is being
+  talked about (a card word in this text or the `context` before it: "card", "visa",
+  "expiry", "security code", ...), any run of 4 or more digits (a card read in parts), an
+  expiry date (`05/27`, `05/2027`) and a 3 or 4 digit security code. Amounts ("$42.50"),
+  percentages, times and dates with a month name are never a card's.
+- `ssn`: `123-45-6789`, or 9 digits where a social security number is being talked about.
+- `phone`: a run of 10 to 15 digits (an optional `+`), or 7 where a phone is talked about.
+- `email`: a written address, or a spoken one ("jane dot doe at example dot com").
+- `numbers`: any run of 4 or more digits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from streaming.redaction.policies import PRIORITY, Policy
+
+#: Digit groups joined by one separator: a number as ITN writes it, read in groups.
+DIGIT_RUN = re.compile(r"\+?\d+(?:[ .-]\d+)*")
+CARD_WORDS = re.compile(
+    r"\b(?:card|credit|debit|visa|mastercard|master card|amex|american express|discover|"
+    r"cvv|cvc|cv2|security code|expir\w*|exp|valid thru)\b",
+    re.IGNORECASE,
+)
+SSN_WORDS = re.compile(r"\b(?:social security|ssn|social)\b", re.IGNORECASE)
+PHONE_WORDS = re.compile(r"\b(?:phone|call|mobile|cell|telephone|reach me|number)\b", re.I)
+EXPIRY = re.compile(r"\b(?:0?[1-9]|1[0-2])\s?/\s?(?:\d{2}|20\d{2})\b")
+SSN_FORM = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
+EMAIL_WRITTEN = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+EMAIL_SPOKEN = re.compile(
+    r"\b[a-z0-9]+(?: (?:dot|underscore|dash) [a-z0-9]+)* at [a-z0-9-]+(?: dot [a-z]{2,})+\b",
+    re.IGNORECASE,
+)
+#: A run that follows one of these, or is followed by one, is an amount, a time or a
+#: percentage, never a card's.
+AMOUNT_BEFORE = ("$", "€", "£", "¥")
+AMOUNT_AFTER = ("%", ":")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """Characters `start:end` of the text are `policy`'s."""
+
+    start: int
+    end: int
+    policy: Policy
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn check card numbers carry in their last digit."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def find(text: str, policies: frozenset[Policy], context: str = "") -> list[Found]:
+    """What `policies` redact in `text`, without overlaps (the earlier policy in PRIORITY,
+    then the longer span, wins); `context` is the text said just before (a previous final),
+    read for the words that say what is being talked about."""
+    found = [f for policy in policies for f in _rules(policy, text, context)]
+    rank = {p: i for i, p in enumerate(PRIORITY)}
+    found.sort(key=lambda f: (rank[f.policy], -(f.end - f.start), f.start))
+    kept: list[Found] = []
+    for f in found:
+        if all(f.end <= k.start or f.start >= k.end for k in kept):
+            kept.append(f)
+    return sorted(kept, key=lambda f: f.start)
+
+
+def _rules(policy: Policy, text: str, context: str) -> Iterator[Found]:
+    talk = f"{context} {text}"
+    match policy:
+        case Policy.PCI:
+            yield from _cards(text, bool(CARD_WORDS.search(talk)))
+        case Policy.SSN:
+            yield from _ssns(text, bool(SSN_WORDS.search(talk)))
+        case Policy.PHONE:
+            yield from _phones(text, bool(PHONE_WORDS.search(talk)))
+        case Policy.EMAIL:
+            for pattern in (EMAIL_WRITTEN, EMAIL_SPOKEN):
+                yield from (Found(m.start(), m.end(), policy) for m in pattern.finditer(text))
+        case Policy.NUMBERS:
+            for m in DIGIT_RUN.finditer(text):
+                if _digit_count(m.group()) >= 4:
+                    yield Found(m.start(), m.end(), policy)
+
+
+def _cards(text: str, talked_about: bool) -> Iterator[Found]:
+    for m in DIGIT_RUN.finditer(text):
+        if _amount(text, m.start(), m.end()):
+            continue
+        count = _digit_count(m.group())
+        digits = re.sub(r"\D", "", m.group())
+        card = 13 <= count <= 19 and luhn_valid(digits)
+        # Talking about a card, a run of 3+ digits is a part, a code or an expiry's year.
+        if card or (talked_about and count >= 3):
+            yield Found(m.start(), m.end(), Policy.PCI)
+    if talked_about:
+        for m in EXPIRY.finditer(text):
+            yield Found(m.start(), m.end(), Policy.PCI)
+
+
+def _ssns(text: str, talked_about: bool) -> Iterator[Found]:
+    for m in SSN_FORM.finditer(text):
+        yield Found(m.start(), m.end(), Policy.SSN)
+    if talked_about:
+        for m in DIGIT_RUN.finditer(text):
+            if _digit_count(m.group()) == 9:
+                yield Found(m.start(), m.end(), Policy.SSN)
+
+
+def _phones(text: str, talked_about: bool) -> Iterator[Found]:
+    for m in DIGIT_RUN.finditer(text):
+        if _amount(text, m.start(), m.end()):
+            continue
+        count = _digit_count(m.group())
+        if 10 <= count <= 15 or (talked_about and count == 7):
+            yield Found(m.start(), m.end(), Policy.PHONE)
+
+
+def _digit_count(run: str) -> int:
+    return sum(ch.isdigit() for ch in run)
+
+
+def _amount(text: str, start: int, end: int) -> bool:
+    """Whether the run at `start:end` is money, a percentage or a time."""
+    before = text[:start].rstrip()[-1:]
+    after = text[end : end + 1]
+    return before in AMOUNT_BEFORE or after in AMOUNT_AFTER

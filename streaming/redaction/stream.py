@@ -1,0 +1,163 @@
+"""One stream's redaction: finals read with the ones before them, partials kept safe.
+
+A card is often read in parts, one utterance each ("my card is 4111 1111", "1111 1111").
+So, with `pci`, a final that ends in digits that could begin a card is held until the
+next final: when that one begins with digits and the two parts make a Luhn-valid number,
+both parts are redacted. The caller sends what `final` returns, and calls `release` when
+no next final is coming soon (its deadline, or the stream's end): nothing is lost, a held
+final is only late. Card words in the finals before a text count for it too ("the card
+number is" in one utterance, the digits in the next).
+
+A partial never shows digits its final might redact: it is redacted by the same rules,
+and, while any digit policy is on, so is every run of 4 or more digits in it (the final
+may decode them otherwise), its last run (it may still grow into a number) and, after a
+held final, its first (it may finish the held one's card).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.types import Token
+from streaming.redaction.apply import Redacted, redact, redact_text
+from streaming.redaction.detect import DIGIT_RUN, Found, find, luhn_valid
+from streaming.redaction.policies import PRIORITY, Policy, Redaction
+
+#: How many earlier finals are read for what is being talked about.
+CONTEXT_FINALS = 2
+#: A card has 13 to 19 digits: a final ending in fewer may be its first part.
+CARD_DIGITS = range(13, 20)
+DIGIT_POLICIES = frozenset({Policy.PCI, Policy.SSN, Policy.PHONE, Policy.NUMBERS})
+TRAILING_PUNCTUATION = ".,;:!? "
+
+
+@dataclass(frozen=True, slots=True)
+class FinalText:
+    """A final's text and timed tokens; `key` is the caller's (its utterance id)."""
+
+    key: int
+    text: str
+    tokens: tuple[Token, ...]
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedFinal:
+    key: int
+    redacted: Redacted
+
+
+class StreamRedactor:
+    """The redaction of one stream's finals and partials, in order."""
+
+    def __init__(self, redaction: Redaction) -> None:
+        self.redaction = redaction
+        self._before: deque[str] = deque(maxlen=CONTEXT_FINALS)
+        self._held: FinalText | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Whether a final waits for the next one (the caller's deadline runs)."""
+        return self._held is not None
+
+    def final(self, item: FinalText) -> list[RedactedFinal]:
+        """The finals that may be sent now, in order (none, while this one is held)."""
+        out: list[RedactedFinal] = []
+        extra: list[Found] = []
+        if self._held is not None:
+            held_part, this_part = _joined_card(self._held.text, item.text)
+            out.append(self._decide(self._held, [held_part] if held_part else []))
+            self._held = None
+            extra = [this_part] if this_part else []
+        if self._may_begin_card(item.text, extra):
+            self._held = item
+            return out
+        out.append(self._decide(item, extra))
+        return out
+
+    def release(self) -> list[RedactedFinal]:
+        """The held final, decided alone (no next part came in time)."""
+        held, self._held = self._held, None
+        return [] if held is None else [self._decide(held, [])]
+
+    def partial(self, text: str) -> str:
+        """A partial's text, redacted at least as much as its final will be."""
+        policies = self.redaction.policies
+        found = find(text, policies, self._context())
+        guard = next((p for p in PRIORITY if p in policies and p in DIGIT_POLICIES), None)
+        if guard is not None:
+            runs = list(DIGIT_RUN.finditer(text))
+            # A partial's digits may be decoded otherwise in the final (a card that fails
+            # the Luhn check here, by one digit): any run of 4 or more is hidden, and the
+            # last (it may still grow), and after a held final the first.
+            unsure = [m for m in runs if _digits(m.group()) >= 4] + runs[-1:]
+            unsure += runs[:1] if self._held is not None else []
+            found += [Found(m.start(), m.end(), guard) for m in unsure]
+        return redact_text(text, _disjoint(found), self.redaction.mask)
+
+    def _decide(self, item: FinalText, extra: Sequence[Found]) -> RedactedFinal:
+        found = _disjoint([*extra, *find(item.text, self.redaction.policies, self._context())])
+        self._before.append(item.text)
+        span = (item.start_ms, item.end_ms)
+        return RedactedFinal(
+            item.key, redact(item.text, item.tokens, found, self.redaction.mask, span)
+        )
+
+    def _context(self) -> str:
+        return " ".join(self._before)
+
+    def _may_begin_card(self, text: str, extra: Sequence[Found]) -> bool:
+        """Whether `text` ends in digits that could be a card's first part and that no
+        rule redacts already."""
+        if Policy.PCI not in self.redaction.policies:
+            return False
+        last = _last_run(text)
+        if last is None or _digits(last.group()) >= CARD_DIGITS.stop - 1:
+            return False
+        found = [*extra, *find(text, self.redaction.policies, self._context())]
+        taken = any(f.start <= last.start() and f.end >= last.end() for f in found)
+        return not taken and _digits(last.group()) >= 4
+
+
+def _joined_card(first: str, second: str) -> tuple[Found | None, Found | None]:
+    """The end of `first` and the start of `second` when, together, they are a card."""
+    last, lead = _last_run(first), DIGIT_RUN.match(second.lstrip())
+    if last is None or lead is None:
+        return None, None
+    digits = re.sub(r"\D", "", last.group() + lead.group())
+    if len(digits) not in CARD_DIGITS or not luhn_valid(digits):
+        return None, None
+    shift = len(second) - len(second.lstrip())
+    return (
+        Found(last.start(), last.end(), Policy.PCI),
+        Found(lead.start() + shift, lead.end() + shift, Policy.PCI),
+    )
+
+
+def _last_run(text: str) -> re.Match[str] | None:
+    """The digit run `text` ends with (trailing punctuation aside), if any."""
+    body = text.rstrip(TRAILING_PUNCTUATION)
+    runs = [m for m in DIGIT_RUN.finditer(body) if m.end() == len(body)]
+    return runs[-1] if runs else None
+
+
+def _digits(run: str) -> int:
+    return sum(ch.isdigit() for ch in run)
+
+
+def _disjoint(found: Sequence[Found]) -> list[Found]:
+    """Overlapping spans merged into one (the earlier policy in PRIORITY names it)."""
+    rank = {p: i for i, p in enumerate(PRIORITY)}
+    merged: list[Found] = []
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        if merged and f.start < merged[-1].end:
+            top = merged[-1]
+            policy = min(top.policy, f.policy, key=rank.__getitem__)
+            merged[-1] = Found(top.start, max(top.end, f.end), policy)
+        else:
+            merged.append(f)
+    return merged

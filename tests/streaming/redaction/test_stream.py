@@ -1,0 +1,113 @@
+"""A stream's redaction: cards read in two parts, partials, tokens and time spans."""
+
+from __future__ import annotations
+
+from engine.types import Token
+from streaming.redaction.policies import Policy, Redaction
+from streaming.redaction.stream import FinalText, StreamRedactor
+
+PCI = Redaction(frozenset({Policy.PCI}))
+
+
+def timed(text: str, start_ms: int = 0, step_ms: int = 100) -> tuple[Token, ...]:
+    """One token a word, `step_ms` each, as SenseVoice's pieces start: with a space."""
+    return tuple(
+        Token(i, f" {word}", start_ms + i * step_ms, start_ms + (i + 1) * step_ms)
+        for i, word in enumerate(text.split())
+    )
+
+
+def final(key: int, text: str) -> FinalText:
+    return FinalText(key, text, timed(text), 0, 100 * len(text.split()))
+
+
+def digits_in(texts: list[str]) -> str:
+    return "".join(ch for text in texts for ch in text if ch.isdigit())
+
+
+def test_a_card_read_in_two_utterances_is_caught_and_neither_part_is_shown() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "The number is 4111 1111")) == []  # held: it may go on
+    assert redactor.holding
+    sent = redactor.final(final(2, "1111 1111."))
+    assert [s.key for s in sent] == [1, 2]
+    texts = [s.redacted.text for s in sent]
+    assert texts == ["The number is [PCI]", "[PCI]."]
+    assert digits_in(texts) == ""
+    assert not redactor.holding
+
+
+def test_a_held_final_that_was_no_card_is_sent_unchanged() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My order is 12345678")) == []
+    sent = redactor.final(final(2, "Thank you."))
+    assert [s.redacted.text for s in sent] == ["My order is 12345678", "Thank you."]
+
+
+def test_a_held_final_is_released_when_no_next_part_comes() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "It is 4111 1111")) == []
+    (alone,) = redactor.release()
+    assert alone.key == 1 and alone.redacted.text == "It is 4111 1111"
+    assert redactor.release() == []
+
+
+def test_without_pci_nothing_is_held() -> None:
+    redactor = StreamRedactor(Redaction(frozenset({Policy.EMAIL})))
+    (sent,) = redactor.final(final(1, "The number is 4111 1111"))
+    assert sent.redacted.text == "The number is 4111 1111" and not redactor.holding
+
+
+def test_card_words_in_an_earlier_final_count() -> None:
+    redactor = StreamRedactor(PCI)
+    (first,) = redactor.final(final(1, "Can I have your card number?"))
+    assert first.redacted.spans == ()
+    (second,) = redactor.final(final(2, "Sure, 5555 4444 ends it."))
+    assert second.redacted.text == "Sure, [PCI] ends it."
+
+
+def test_tokens_lose_the_redacted_text_and_spans_give_its_time() -> None:
+    redactor = StreamRedactor(PCI)
+    text = "My card is 4111 1111 1111 1111 thanks"
+    (sent,) = redactor.final(FinalText(7, text, timed(text, start_ms=500), 500, 1300))
+    redacted = sent.redacted
+    assert redacted.text == "My card is [PCI] thanks"
+    assert [t.text for t in redacted.tokens] == [
+        " My",
+        " card",
+        " is",
+        " [PCI]",
+        "",
+        "",
+        "",
+        " thanks",
+    ]
+    assert "".join(t.text for t in redacted.tokens).strip() == redacted.text
+    (span,) = redacted.spans
+    assert (span.policy, span.start_ms, span.end_ms) == (Policy.PCI, 800, 1200)
+    assert span.to_dict() == {"policy": "pci", "start_ms": 800, "end_ms": 1200}
+
+
+def test_tokens_that_do_not_spell_the_text_give_the_whole_utterance() -> None:
+    redactor = StreamRedactor(PCI)
+    text = "My card is 4111 1111 1111 1111"
+    odd = (Token(1, " something else", 0, 100),)
+    (sent,) = redactor.final(FinalText(1, text, odd, 2000, 4000))
+    assert [(s.start_ms, s.end_ms) for s in sent.redacted.spans] == [(2000, 4000)]
+
+
+def test_a_partial_shows_no_digits_its_final_might_redact() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.partial("my card is 4111 11") == "my card is [PCI]"
+    assert redactor.partial("the number is 4111") == "the number is [PCI]"  # may grow
+    assert redactor.partial("it costs $40 and 12 more") == "it costs $40 and [PCI] more"
+    # A card one digit off the Luhn check, as a partial may decode it, is hidden too.
+    assert redactor.partial("4111 1111 1111 1112 then") == "[PCI] then"
+    # After a held final, the partial's first digits may finish its card.
+    assert redactor.final(final(1, "It is 4111 1111")) == []
+    assert redactor.partial("1111 1111 and then") == "[PCI] and then"
+
+
+def test_a_partial_without_digit_policies_is_untouched_but_for_what_they_find() -> None:
+    redactor = StreamRedactor(Redaction(frozenset({Policy.EMAIL}), mask=True))
+    assert redactor.partial("mail a@b.com about 4111") == "mail *@*.*** about 4111"
