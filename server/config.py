@@ -33,9 +33,11 @@ from server.http.auth import OriginPolicy
 from server.http.client_address import TrustedProxies
 from server.http.client_secrets import MIN_SECRET_BYTES
 from server.streams.webhooks import url_parts
+from streaming.errors import InvalidFieldError
 from streaming.limits import SessionLimits
 from streaming.partials.policy import PartialPolicy
 from streaming.protocols.audiohook.signature import decode_secret
+from streaming.redaction.policies import Redaction, parse_policies
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
 from streaming.vad.types import VadConfig
@@ -252,10 +254,18 @@ class SessionSettings:
     vad_thread: bool | None = None
     # Phrases every session's decoding favours, after its own (server/hotwords_file.py).
     hotwords_file: str | None = None
+    # What every stream's text is redacted of (pci, ssn, numbers, phone, email; a stream
+    # may add, never remove), and whether a mask of the same length replaces it.
+    redact: str | None = None
+    redact_mask: bool = False
 
     def __post_init__(self) -> None:
         if self.vad not in ("fsmn", "webrtc"):
             raise ValueError("vad must be fsmn or webrtc")
+        try:
+            parse_policies(self.redact or "")
+        except InvalidFieldError as exc:
+            raise ValueError(f"redact: {exc}") from exc
         self.streaming(SessionLimits())  # the rules live in the streaming configs
 
     def streaming(
@@ -285,6 +295,7 @@ class SessionSettings:
             demo_model=demo_model,
             early_final_ms=self.early_final_ms,
             hotwords=() if self.hotwords_file is None else read_hotwords_file(self.hotwords_file),
+            redaction=Redaction(parse_policies(self.redact or ""), self.redact_mask),
         )
 
 

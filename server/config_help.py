@@ -187,6 +187,12 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Phrases every session's decoding favours, after its own: a file of one phrase "
             "a line, optionally a tab and its boost (0..10, default 2); # starts a comment."
         ),
+        "redact": (
+            "Redact from every stream's finals, partials, webhooks, followers and files: "
+            "a comma list of pci (card numbers, expiry dates, security codes), ssn, "
+            "numbers (4+ digits), phone, email. A stream may add policies, never remove."
+        ),
+        "redact_mask": "Redact with a mask of the same length (****) instead of [PCI].",
         # engine
         "engine_url": (
             "Where the engine runs: local (this process), unix:PATH[,PATH...] "

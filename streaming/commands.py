@@ -18,6 +18,7 @@ from engine.types import (
 )
 from streaming.audio.decoder import AudioFormat
 from streaming.errors import InvalidFieldError
+from streaming.redaction.policies import Redaction
 
 #: Languages a client may ask for (nospeech is a model prompt, not a language).
 CLIENT_LANGUAGES = LANGUAGES[:-1]
@@ -57,6 +58,8 @@ class StreamOptions:
     # Phrases decoding favours (a context graph over a CTC beam search); none: greedy.
     hotwords: tuple[Hotword, ...] = ()
     prompt: str = ""  # reported back; free text is not a hotword list
+    # What is redacted from the stream's text (on top of the server's `--redact`).
+    redact: Redaction = field(default_factory=Redaction)
 
     def __post_init__(self) -> None:
         if self.language not in CLIENT_LANGUAGES:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from engine.types import Transcript
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import StreamOptions
+from streaming.redaction.apply import Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,8 @@ class Final:
     # end-silence, and what follows it is engine and transport latency.
     decided_ms: int | None = None
     channel: int | None = None  # in a multichannel stream: which channel
+    # What redaction took out of the transcript, each with its time (to bleep the audio).
+    redactions: tuple[Span, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ from streaming.limits import RateMeter, SessionLimits
 from streaming.partials.policy import PartialPolicy
 from streaming.partials.window import PartialWindow
 from streaming.pins import Pins
+from streaming.redaction.events import EventRedactor
+from streaming.redaction.policies import Redaction
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
 from streaming.vad.jobs import VadJob, VadStep
 from streaming.vad.types import VadConfig, VadEvent, VadModel
@@ -95,6 +97,8 @@ class SessionConfig:
     hotwords: tuple[Hotword, ...] = ()
     # What this connection's credential fixes (a client secret's pins): set per connection.
     pinned: Pins = field(default_factory=Pins)
+    # What every stream redacts (`--redact`); a stream may add policies, never remove one.
+    redaction: Redaction = field(default_factory=Redaction)
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -186,6 +190,8 @@ class Session:
         # Decoded audio the ring has no room for yet (the VAD is behind): at most what one
         # frame held, as the client is not read again until it is gone (`accepting`).
         self._held: deque[np.ndarray] = deque()
+        # Redacts the finals and partials before they leave (None: nothing to redact).
+        self._redactor: EventRedactor | None = None
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -203,6 +209,7 @@ class Session:
         self._handle_now(command, now)
 
     def _handle_now(self, command: Command, now: float) -> None:
+        self._release_due(now)
         if isinstance(command, Mark):
             if not self._end_sent:  # answered even once stopped, until `Ended`
                 self._events.append(Marked(command.token))
@@ -227,6 +234,7 @@ class Session:
 
     def receive_result(self, result: InferenceResult, now: float) -> None:
         """Take the engine's answer for one of this session's requests."""
+        self._release_due(now)
         req = result.ref
         utt = self._utts.get(req.utterance_id)
         if utt is None:
@@ -250,7 +258,7 @@ class Session:
             message = f"utterance {req.utterance_id} could not be decoded: {result.error_message}"
             code = result.error_code or "decode_failed"
             self._owed[req.utterance_id] = Failed(req.utterance_id, start_ms, end_ms, code, message)
-        self._deliver_finals()
+        self._deliver_finals(now)
 
     def end_of_stream(self, now: float) -> None:
         """No more audio: decide on the tail and close the open utterance as a final."""
@@ -266,7 +274,7 @@ class Session:
         self._flush_audio(now, final=True)
         for event in self._segmenter.finish(self._fed):
             self._on_segment(event, now, StopCause.END_OF_STREAM)
-        self._deliver_finals()
+        self._deliver_finals(now)
 
     def abort(self, error: ProtocolError, now: float) -> None:
         """Report a client error, stop taking input, and still deliver the finals owed."""
@@ -415,8 +423,14 @@ class Session:
         # The effective hotwords (the stream's own, then the server's) are what decoding
         # uses and what `Configured` reports.
         own = command.options.hotwords
-        options = replace(command.options, hotwords=merged_hotwords(own, self._config.hotwords))
+        redaction = self._config.redaction.adding(command.options.redact)
+        options = replace(
+            command.options,
+            hotwords=merged_hotwords(own, self._config.hotwords),
+            redact=redaction,
+        )
         self._options = options
+        self._redact_with(redaction)
         limits = self._config.limits
         rate = limits.max_replay_rate if command.options.pace == "replay" else limits.max_rate
         self._meter = self._meter.with_rate(rate, limits.burst_s)
@@ -491,7 +505,7 @@ class Session:
             raise EmptyCommitError("there is no uncommitted audio to commit")
         for event in self._segmenter.commit(self._fed):
             self._on_segment(event, now, StopCause.COMMIT)
-        self._deliver_finals()
+        self._deliver_finals(now)
 
     def _clear(self, now: float) -> None:
         self._flush_audio(now, final=False)
@@ -699,9 +713,8 @@ class Session:
         if self._toggle("event"):
             tags["event"] = t.event
         start_ms = samples_to_ms(utt.start)
-        self._events.append(
-            Partial(req.utterance_id, start_ms, samples_to_ms(end), text, SETTLED_CHARS, tags)
-        )
+        shown = Partial(req.utterance_id, start_ms, samples_to_ms(end), text, SETTLED_CHARS, tags)
+        self._events.append(shown if self._redactor is None else self._redactor.partial(shown))
 
     def _final_event(
         self,
@@ -717,18 +730,41 @@ class Session:
         decided = None if utt is None or utt.decided is None else samples_to_ms(utt.decided)
         return Final(utt_id, samples_to_ms(start), samples_to_ms(stop), transcript, show, decided)
 
-    def _deliver_finals(self) -> None:
+    def _deliver_finals(self, now: float) -> None:
         # Finals go out in utterance order even when the engine answers out of order.
         for utt_id in sorted(self._owed):
             event = self._owed[utt_id]
             if event is None:
                 break
-            self._events.append(event)
+            self._events.extend(self._outgoing(event, now))
             del self._owed[utt_id]
             self._utts.pop(utt_id, None)
         if self._stopped and not self._owed and not self._end_sent:
+            if self._redactor is not None:  # a final held for a card's next part: now
+                self._events.extend(self._redactor.release())
             self._events.append(Ended())
             self._end_sent = True
+
+    def _outgoing(self, event: SessionEvent, now: float) -> list[SessionEvent]:
+        """An owed final or failure as it goes out: redacted, maybe after a held final."""
+        if self._redactor is None:
+            return [event]
+        if isinstance(event, Final):
+            return list(self._redactor.final(event, now))
+        return [*self._redactor.release(), event]
+
+    def _redact_with(self, redaction: Redaction) -> None:
+        """Redact with these policies from now on (a final held by the old ones goes out)."""
+        current = self._redactor
+        if current is not None and current.redaction == redaction:
+            return
+        if current is not None:
+            self._events.extend(current.release())
+        self._redactor = EventRedactor(redaction) if redaction else None
+
+    def _release_due(self, now: float) -> None:
+        if self._redactor is not None:
+            self._events.extend(self._redactor.due(now))
 
     def _decode_options(self) -> DecodeOptions:
         options = self._options

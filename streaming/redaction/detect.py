@@ -6,9 +6,10 @@ sequence of digit groups joined by single spaces, hyphens or dots ("4111-1111 11
 rules, by policy:
 
 - `pci`: a run of 13 to 19 digits that passes the Luhn check; and, where the card is being
-  talked about (a card word in this text or the `context` before it: "card", "visa",
-  "expiry", "security code", ...), any run of 4 or more digits (a card read in parts), an
-  expiry date (`05/27`, `05/2027`) and a 3 or 4 digit security code. Amounts ("$42.50"),
+  talked about (a card word in this text: "card", "visa", "expiry", "security code", ...,
+  or in the `context` before it with no digits after it, a question left open), any run
+  of 3 or more digits (a card read in parts, a security code) and an expiry date
+  (`05/27`, `05/2027`). Amounts ("$42.50"),
   percentages, times and dates with a month name are never a card's.
 - `ssn`: `123-45-6789`, or 9 digits where a social security number is being talked about.
 - `phone`: a run of 10 to 15 digits (an optional `+`), or 7 where a phone is talked about.
@@ -81,14 +82,13 @@ def find(text: str, policies: frozenset[Policy], context: str = "") -> list[Foun
 
 
 def _rules(policy: Policy, text: str, context: str) -> Iterator[Found]:
-    talk = f"{context} {text}"
     match policy:
         case Policy.PCI:
-            yield from _cards(text, bool(CARD_WORDS.search(talk)))
+            yield from _cards(text, _talked_about(CARD_WORDS, text, context))
         case Policy.SSN:
-            yield from _ssns(text, bool(SSN_WORDS.search(talk)))
+            yield from _ssns(text, _talked_about(SSN_WORDS, text, context))
         case Policy.PHONE:
-            yield from _phones(text, bool(PHONE_WORDS.search(talk)))
+            yield from _phones(text, _talked_about(PHONE_WORDS, text, context))
         case Policy.EMAIL:
             for pattern in (EMAIL_WRITTEN, EMAIL_SPOKEN):
                 yield from (Found(m.start(), m.end(), policy) for m in pattern.finditer(text))
@@ -129,6 +129,16 @@ def _phones(text: str, talked_about: bool) -> Iterator[Found]:
         count = _digit_count(m.group())
         if 10 <= count <= 15 or (talked_about and count == 7):
             yield Found(m.start(), m.end(), Policy.PHONE)
+
+
+def _talked_about(words: re.Pattern[str], text: str, context: str) -> bool:
+    """Whether `text` names the thing, or the text before it left it open: named with no
+    digits after ("What is your card number?"), so this text's digits answer it. Once
+    the digits were said ("... the card are 4111."), the next text's are another's."""
+    if words.search(text):
+        return True
+    named = list(words.finditer(context))
+    return bool(named) and DIGIT_RUN.search(context, named[-1].end()) is None
 
 
 def _digit_count(run: str) -> int:

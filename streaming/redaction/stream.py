@@ -6,7 +6,7 @@ next final: when that one begins with digits and the two parts make a Luhn-valid
 both parts are redacted. The caller sends what `final` returns, and calls `release` when
 no next final is coming soon (its deadline, or the stream's end): nothing is lost, a held
 final is only late. Card words in the finals before a text count for it too ("the card
-number is" in one utterance, the digits in the next).
+number is?" in one utterance, the digits in the next), when they left the question open.
 
 A partial never shows digits its final might redact: it is redacted by the same rules,
 and, while any digit policy is on, so is every run of 4 or more digits in it (the final

@@ -17,6 +17,7 @@ from typing import Any
 
 from streaming.commands import STREAM_ID, StreamOptions
 from streaming.errors import InvalidAudioError, InvalidFieldError
+from streaming.redaction.policies import Redaction, parse_policies
 
 #: Twilio's two tracks, in channel order: the caller (inbound) first.
 TRACKS = ("inbound", "outbound")
@@ -128,14 +129,17 @@ def track_name(value: Any, where: str) -> str:
 
 
 def stream_options(params: Mapping[str, str]) -> StreamOptions:
-    """Options a TwiML `<Parameter>` may set: language, pace, and the on/off flags."""
+    """Options a TwiML `<Parameter>` may set: language, pace, the on/off flags, and
+    `redact` ("pci,ssn", added to the server's) with `redact_mask`."""
     fields: dict[str, Any] = {name: params[name] for name in TEXT_PARAMETERS if name in params}
-    for name in FLAG_PARAMETERS:
+    for name in (*FLAG_PARAMETERS, "redact_mask"):
         if name in params:
             flag = FLAG_VALUES.get(params[name].lower())
             if flag is None:
                 raise InvalidFieldError(f"customParameters.{name} must be true or false")
             fields[name] = flag
+    mask = fields.pop("redact_mask", False)
+    fields["redact"] = Redaction(parse_policies(params.get("redact", "")), mask)
     return StreamOptions(**fields)
 
 

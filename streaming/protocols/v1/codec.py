@@ -44,6 +44,7 @@ from streaming.events import (
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
 from streaming.protocols.json_text import load_object, tag_fields
+from streaming.redaction.policies import Policy, Redaction, parse_policies
 
 PROTOCOL_VERSION = 1
 
@@ -67,11 +68,14 @@ class StartMessage:
     stream_id: str | None = None  # what subscribers follow the stream by
     webhook_url: str | None = None  # where the server POSTs the finals (if it allows it)
     hotwords: tuple[Hotword, ...] = ()  # phrases decoding favours
+    redact: frozenset[Policy] = frozenset()  # added to the server's --redact
+    redact_mask: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
         out["channel_labels"] = list(self.channel_labels)
         out["hotwords"] = hotwords_json(self.hotwords)
+        out["redact"] = sorted(p.value for p in self.redact)
         return out
 
     def to_command(self) -> Configure:
@@ -84,6 +88,7 @@ class StartMessage:
             self.timestamps,
             self.pace,
             hotwords=self.hotwords,
+            redact=Redaction(self.redact, self.redact_mask),
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -122,6 +127,8 @@ START_FIELDS: Mapping[str, type] = {
     "stream_id": str,
     "webhook_url": str,
     "hotwords": object,  # a list of phrases, or {phrase: boost}: read by `_hotwords`
+    "redact": object,  # a list of policies, or "pci,ssn": read by `parse_policies`
+    "redact_mask": bool,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -150,6 +157,7 @@ def parse_client_text(text: str) -> ClientMessage:
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
     _reject_unknown(obj, tuple(START_FIELDS), "start")
     hotwords = _hotwords(obj.pop("hotwords", []))
+    redact = _redact(obj.pop("redact", []))
     for name, value in obj.items():
         expected = START_FIELDS[name]
         # bool is a subclass of int in Python; JSON true must not pass as 1.
@@ -165,7 +173,7 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
     labels = obj.pop("channel_labels", [])
     if not all(isinstance(label, str) for label in labels):
         raise InvalidFieldError("start.channel_labels must be a list of strings")
-    start = StartMessage(**obj, channel_labels=tuple(labels), hotwords=hotwords)
+    start = StartMessage(**obj, channel_labels=tuple(labels), hotwords=hotwords, redact=redact)
     # Audio fields, labels and stream id are checked by the command's own types, in one place.
     start.to_command()
     return start
@@ -180,6 +188,15 @@ def _hotwords(value: object) -> tuple[Hotword, ...]:
     ):
         return hotwords_from(value)
     raise InvalidFieldError("start.hotwords must be a list of phrases or {phrase: boost}")
+
+
+def _redact(value: object) -> frozenset[Policy]:
+    """start.redact: a list of policy names, or one string of them joined by commas."""
+    if isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(p, str) for p in value)
+    ):
+        return parse_policies(value)
+    raise InvalidFieldError('start.redact must be a list of policies, e.g. ["pci", "email"]')
 
 
 def hotwords_json(hotwords: Sequence[Hotword]) -> dict[str, float]:
@@ -205,6 +222,8 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "stream_id": event.stream_id or event.session_id,
         "webhook_url": event.webhook_url,
         "hotwords": hotwords_json(options.hotwords),
+        "redact": sorted(p.value for p in options.redact.policies),
+        "redact_mask": options.redact.mask,
     }
     return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 
@@ -254,6 +273,8 @@ def _final_fields(event: Final) -> dict[str, Any]:
         "itn": t.itn,
         "rich_text": t.rich_text,
     }
+    if event.redactions:  # what was taken out, and when (for a recorder to bleep)
+        out["redactions"] = [span.to_dict() for span in event.redactions]
     return out | tag_fields(event)
 
 

@@ -55,8 +55,11 @@ def test_with_card_words_codes_expiry_dates_and_parts_are_redacted() -> None:
     assert shown("The security code is 123.", PCI) == "The security code is [PCI]."
     assert shown("The card expires 05/27.", PCI) == "The card expires [PCI]."
     assert shown("My visa starts with 4111 1111.", PCI) == "My visa starts with [PCI]."
-    # The card words may be in the utterance before.
+    # The card words may be in the utterance before, when it left them open.
     assert shown("It is 4111 1111.", PCI, context="What is your card number?") == "It is [PCI]."
+    # Once its digits were said, the next utterance's numbers are another's.
+    after = "The last digits of the card are 41111111."
+    assert shown("Your reference is 97543.", PCI, context=after) == "Your reference is 97543."
     # Money is money even while a card is talked about.
     assert shown("Charge $120 to the card.", PCI) == "Charge $120 to the card."
 

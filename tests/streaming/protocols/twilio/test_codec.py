@@ -46,6 +46,7 @@ from streaming.protocols.twilio.signature import (
     twilio_signature,
     url_variants,
 )
+from streaming.redaction.policies import Policy, Redaction
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
 from tests.callcentre.twilio_emulator import (
@@ -174,6 +175,13 @@ def test_custom_parameters_set_options_and_others_are_ignored() -> None:
     assert command.options == StreamOptions(language="en", itn=False, partials=False, pace="replay")
 
 
+def test_redact_parameters_add_policies_to_the_stream() -> None:
+    params = {"api_key": KEY, "redact": "pci,email", "redact_mask": "true"}
+    (command,) = codec().decode(start(params=params))
+    assert isinstance(command, Configure)
+    assert command.options.redact == Redaction(frozenset({Policy.PCI, Policy.EMAIL}), mask=True)
+
+
 def test_a_webhook_parameter_names_the_streams_webhook() -> None:
     params = {"api_key": KEY, "webhook_url": "https://hooks.example.com/calls/"}
     (command,) = codec().decode(start(params=params))
@@ -186,7 +194,14 @@ def test_a_webhook_parameter_names_the_streams_webhook() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"language": "klingon"}, {"pace": "fast"}, {"itn": "maybe"}, {"timestamps": ""}],
+    [
+        {"language": "klingon"},
+        {"pace": "fast"},
+        {"itn": "maybe"},
+        {"timestamps": ""},
+        {"redact": "pci,cards"},
+        {"redact_mask": "maybe"},
+    ],
 )
 def test_bad_option_parameters_end_the_stream(params: dict[str, str]) -> None:
     c = codec()

@@ -1,0 +1,119 @@
+"""Redaction on a real server with the demo model: live finals, followers and files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import websockets
+
+from tests.server.conftest import REPO, ServerProcess
+from tools.speech import synthesize
+
+#: The demo model writes a card's digits after card words ("... the card are 41111111.")
+#: and a reference number without them.
+CARD = "the last digits of the card are four one one one one one one one"
+REFERENCE = "your reference number is nine seven five four three"
+
+
+@pytest.fixture(scope="module")
+def server(demo_model: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(demo_model, "--redact", "pci")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def talk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two sentences in one recording, a pause between them."""
+    folder = tmp_path_factory.mktemp("redaction")
+    parts = [synthesize(text, "en-us", folder) for text in (CARD, REFERENCE)]
+    out = folder / "talk.wav"
+    silence = ["-n", "-r", "16000", "-c", "1", "-b", "16", str(folder / "gap.wav")]
+    subprocess.run(["sox", *silence, "trim", "0", "1.2"], check=True)
+    subprocess.run(["sox", str(parts[0]), str(folder / "gap.wav"), str(parts[1]), str(out)],
+                   check=True)  # fmt: skip
+    return out
+
+
+def stream(server: ServerProcess, wav: Path, *extra: str) -> list[dict[str, object]]:
+    run = subprocess.run(
+        [sys.executable, "scripts/stream_file.py", str(wav), "--url", server.url,
+         "--speed", "0", "--format", "jsonl", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
+def test_a_card_never_reaches_a_client_and_other_numbers_do(
+    server: ServerProcess, talk: Path
+) -> None:
+    finals = stream(server, talk)
+    texts = [str(f["text"]) for f in finals]
+    assert len(texts) == 2, texts
+    assert "card" in texts[0].lower() and "[PCI]" in texts[0]
+    assert not any(ch.isdigit() for ch in texts[0])
+    assert "97543" in texts[1]  # pci leaves a number that is no card's
+    assert finals[0]["redactions"] and "redactions" not in finals[1]
+
+
+def test_a_follower_sees_what_the_stream_sees(server: ServerProcess, talk: Path) -> None:
+    stream_id = f"call-{uuid.uuid4().hex[:8]}"
+
+    async def follow() -> list[str]:
+        url = server.url.replace("/ws", f"/v1/streams/{stream_id}/events") + "?wait=30"
+        texts = []
+        async with websockets.connect(url) as socket:
+            async for message in socket:
+                event = json.loads(message)
+                if event.get("type") == "final":
+                    texts.append(str(event["text"]))
+                if event.get("type") == "end":
+                    return texts
+        return texts
+
+    async def both() -> list[str]:
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(stream, server, talk, "--stream-id", stream_id)
+        return await asyncio.wait_for(follower, 60)
+
+    texts = asyncio.run(both())
+    assert len(texts) == 2 and "[PCI]" in texts[0] and not any(c.isdigit() for c in texts[0])
+
+
+def test_an_upload_is_redacted_in_every_format(server: ServerProcess, talk: Path) -> None:
+    for response_format in ("json", "verbose_json", "srt", "vtt", "text"):
+        body = upload(server, talk, response_format)
+        assert "[PCI]" in body and "41111" not in body, (response_format, body)
+        assert "97543" in body
+
+
+def upload(server: ServerProcess, wav: Path, response_format: str) -> str:
+    boundary = uuid.uuid4().hex
+    fields = {"model": "whisper-1", "response_format": response_format}
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="talk.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n".encode()
+        + wav.read_bytes()
+        + b"\r\n"
+    )
+    request = urllib.request.Request(
+        server.server.http_url + "/v1/audio/transcriptions",
+        data=b"".join(parts) + f"--{boundary}--\r\n".encode(),
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return str(answer.read().decode())
