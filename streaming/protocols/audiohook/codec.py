@@ -222,7 +222,7 @@ class AudioHookCodec:
         probe = request.conversation_id == NULL_UUID
         self._configure = Configure(
             AudioFormat("mulaw", RATE, len(media.channels)),
-            StreamOptions(language=stream_language(request.language)),
+            StreamOptions(language=stream_language(request.language), redact=request.redact),
             media.channels if stereo else (),
             None if probe else request.conversation_id,
         )

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
 from streaming.errors import FrameTooLargeError, InvalidFieldError
 from streaming.protocols.json_text import load_object
+from streaming.redaction.policies import Redaction, parse_policies
 
 VERSION: Final = "2"
 #: AudioHook's own cap on a text message (its reference client and server both enforce it).
@@ -100,6 +101,9 @@ class OpenRequest:
     media: tuple[Media, ...]
     language: str | None
     wants_languages: bool  # `supportedLanguages: true`: list them in `opened`
+    # The integration's `customConfig.redact` ("pci,ssn") and `redact_mask`: added to the
+    # server's redaction.
+    redact: Redaction = field(default_factory=Redaction)
 
 
 def read_client_message(text: str) -> ClientMessage:
@@ -177,7 +181,8 @@ def format_duration(ms: int) -> str:
 
 
 def read_open(parameters: Mapping[str, Any]) -> OpenRequest:
-    """The `open` parameters this server uses; others (participant, customConfig) pass."""
+    """The `open` parameters this server uses; others (participant, the rest of
+    customConfig) pass."""
     where = "open: "
     participant = parameters.get("participant")
     if not isinstance(participant, dict):
@@ -194,7 +199,21 @@ def read_open(parameters: Mapping[str, Any]) -> OpenRequest:
         read_media(parameters.get("media")),
         language,
         wants,
+        _redaction(parameters.get("customConfig"), where),
     )
+
+
+def _redaction(config: object, where: str) -> Redaction:
+    """`customConfig.redact` (a list or "pci,ssn") and `customConfig.redact_mask`."""
+    if not isinstance(config, dict):
+        return Redaction()
+    policies = config.get("redact", [])
+    if not isinstance(policies, str | list):
+        raise InvalidFieldError(f"{where}customConfig.redact must be a list of policies")
+    mask = config.get("redact_mask", False)
+    if not isinstance(mask, bool):
+        raise InvalidFieldError(f"{where}customConfig.redact_mask must be true or false")
+    return Redaction(parse_policies(policies), mask)
 
 
 def read_media(value: object) -> tuple[Media, ...]:

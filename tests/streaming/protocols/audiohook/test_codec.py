@@ -44,6 +44,7 @@ from streaming.protocols.audiohook.transcript import (
     stream_language,
 )
 from streaming.protocols.base import CodecSettings, Frame, Handshake
+from streaming.redaction.policies import Policy, Redaction
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
 from tests.speech import chunks
@@ -406,6 +407,15 @@ def test_a_malformed_open_disconnects(change: dict[str, Any], info: str) -> None
     link = Link()
     link.send("open", **(OPEN | {"media": [STEREO]} | change))
     disconnected(link, info)
+
+
+def test_custom_config_adds_redaction_policies() -> None:
+    link = opened_link(customConfig={"redact": ["pci", "ssn"], "redact_mask": True, "x": 1})
+    (configure,) = link.configures()
+    expected = Redaction(frozenset({Policy.PCI, Policy.SSN}), mask=True)
+    assert configure.options.redact == expected
+    bad = opened_link(customConfig={"redact": "pci,cards"})
+    disconnected(bad, "unknown redaction policy cards")
 
 
 def test_opened_lists_the_supported_languages_when_asked() -> None:
