@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -12,20 +13,33 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import soundfile
 import websockets
 
 from tests.server.conftest import REPO, ServerProcess
+from tests.server.test_webhooks import Receiver, receiving
 from tools.speech import synthesize
 
 #: The demo model writes a card's digits after card words ("... the card are 41111111.")
 #: and a reference number without them.
 CARD = "the last digits of the card are four one one one one one one one"
 REFERENCE = "your reference number is nine seven five four three"
+SECRET = "webhook-secret-0123456789"
 
 
 @pytest.fixture(scope="module")
-def server(demo_model: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(demo_model, "--redact", "pci")
+def hook_port() -> int:
+    """A free port for the webhook receiver, known before the server starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="module")
+def server(demo_model: Path, hook_port: int) -> Iterator[ServerProcess]:
+    hooks = ("--webhook-allow", f"http://127.0.0.1:{hook_port}/", "--webhook-secret", SECRET)
+    proc = ServerProcess(demo_model, "--redact", "pci", *hooks)
     yield proc
     proc.stop()
 
@@ -88,6 +102,32 @@ def test_a_follower_sees_what_the_stream_sees(server: ServerProcess, talk: Path)
 
     texts = asyncio.run(both())
     assert len(texts) == 2 and "[PCI]" in texts[0] and not any(c.isdigit() for c in texts[0])
+
+
+def test_a_webhook_is_posted_what_the_stream_is_sent(
+    server: ServerProcess, talk: Path, hook_port: int
+) -> None:
+    async def scenario() -> tuple[list[str], list[str]]:
+        receiver = Receiver()
+        async with receiving(receiver, hook_port) as hook:
+            async with websockets.connect(server.url) as ws:
+                await ws.send(json.dumps({"type": "start", "pace": "replay", "webhook_url": hook}))
+                samples, rate = soundfile.read(talk, dtype="int16")
+                assert rate == 16000
+                audio = samples.tobytes()  # v1's default: 16 kHz s16le mono
+                for i in range(0, len(audio), 3200):
+                    await ws.send(audio[i : i + 3200])
+                await ws.send(json.dumps({"type": "stop"}))
+                sent = [json.loads(m) async for m in ws]
+            await asyncio.wait_for(receiver.got_end.wait(), 30)
+        posted = [b["event"] for b in receiver.bodies]
+        return [str(e["text"]) for e in sent if e["type"] == "final"], [
+            str(e["text"]) for e in posted if e["type"] == "final"
+        ]
+
+    sent, posted = asyncio.run(scenario())
+    assert posted == sent and len(sent) == 2
+    assert "[PCI]" in posted[0] and not any(ch.isdigit() for ch in posted[0])
 
 
 def test_an_upload_is_redacted_in_every_format(server: ServerProcess, talk: Path) -> None:
