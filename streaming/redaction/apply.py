@@ -64,9 +64,17 @@ def redact(
     mask: bool,
     utterance_ms: tuple[int, int],
 ) -> Redacted:
-    """The text, its tokens and the redactions' time spans. A span no token covers (tokens
-    that do not spell the text) takes the utterance's whole time: bleep too much, not less."""
+    """The text, its tokens and the redactions' time spans. Tokens that do not spell the
+    text (which the decoder's pieces always do, but for a byte-level piece) are scrubbed
+    of every digit and '@', and the spans take the utterance's whole time: bleep and hide
+    too much, never less."""
     offsets = _token_offsets(text, tokens)
+    if offsets is None:  # no telling which tokens hold what was found: scrub them all
+        return Redacted(
+            redact_text(text, found, mask),
+            tuple(_scrubbed(t, found, mask) for t in tokens),
+            tuple(Span(f.policy, *utterance_ms) for f in found),
+        )
     new_tokens = list(tokens)
     spans = []
     for f in found:
@@ -83,12 +91,20 @@ def redact(
     return Redacted(redact_text(text, found, mask), tuple(new_tokens), tuple(spans))
 
 
-def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]]:
-    """Each token's character span in `text`, or all (0, 0) when they do not spell it."""
+def _scrubbed(token: Token, found: Sequence[Found], mask: bool) -> Token:
+    """A token whose place in the text is unknown, with no digit or '@' left in it."""
+    if not any(ch.isdigit() or ch == "@" for ch in token.text):
+        return token
+    lead = " " if token.text.startswith(" ") else ""
+    return replace(token, text=lead + replacement(token.text.strip(), found[0].policy, mask))
+
+
+def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]] | None:
+    """Each token's character span in `text`, or None when they do not spell it."""
     joined = "".join(t.text for t in tokens)
     lead = len(joined) - len(joined.lstrip())
     if joined.strip() != text:
-        return [(0, 0)] * len(tokens)
+        return None
     offsets, at = [], -lead
     for t in tokens:
         offsets.append((max(0, at), max(0, at + len(t.text))))

@@ -91,9 +91,11 @@ def test_tokens_lose_the_redacted_text_and_spans_give_its_time() -> None:
 def test_tokens_that_do_not_spell_the_text_give_the_whole_utterance() -> None:
     redactor = StreamRedactor(PCI)
     text = "My card is 4111 1111 1111 1111"
-    odd = (Token(1, " something else", 0, 100),)
+    odd = (Token(1, " something", 0, 100), Token(2, " 4111 11", 100, 200))
     (sent,) = redactor.final(FinalText(1, text, odd, 2000, 4000))
     assert [(s.start_ms, s.end_ms) for s in sent.redacted.spans] == [(2000, 4000)]
+    # No telling where the card is among them: no token keeps a digit.
+    assert [t.text for t in sent.redacted.tokens] == [" something", " [PCI]"]
 
 
 def test_a_partial_shows_no_digits_its_final_might_redact() -> None:
