@@ -1,0 +1,173 @@
+"""Redaction through the server on the demo model: recall and precision per policy.
+
+Spoken sentences (espeak-ng) each say one value, and the policies whose definition
+covers it are known (a card's 8 digits are `pci` and `numbers`; "$42.50" is `numbers`;
+"$120", "3:30 PM" and plain words are none). For each policy a server runs with
+`--redact POLICY` alone, every sentence is uploaded to its file API (`json`), and its text
+is judged: a sentence the policy covers is caught when the policy's placeholder is in the
+text and none of the value's digits or words are left; the placeholder on a sentence the
+policy does not cover is a false alarm. recall = caught / sentences covered; precision =
+placeholders on covered sentences / all its placeholders.
+
+What the demo model cannot say (a 16-digit card, "social security", an e-mail address)
+shows as misses here: the measurement is the whole path, model included.
+
+The command line is scripts/bench_redaction.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.bench.capacity.corpus import default_speech_dir
+from tools.bench.common.cli import add_json, parser_for
+from tools.bench.common.output import machine, write_json
+from tools.spawn import ServerSpec, spawn
+from tools.speech import synthesize
+
+REPO = Path(__file__).resolve().parents[2]
+POLICIES = ("pci", "ssn", "phone", "email", "numbers")
+RECALL_FLOOR, PRECISION_FLOOR = 0.95, 0.90  # issue 41's bars
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """A sentence as spoken, the policies whose definition covers what it says (none: a
+    negative for every policy), and the digits or words the output must not keep."""
+
+    spoken: str
+    policies: frozenset[str]
+    secret: tuple[str, ...]
+
+
+def case(spoken: str, policies: str, *secret: str) -> Case:
+    return Case(spoken, frozenset(policies.split()), secret)
+
+
+#: `numbers` covers every value of 4 or more digits, whatever else it is (an amount too).
+CASES: tuple[Case, ...] = (
+    case("the last digits of the card are four one one one one one one one", "pci numbers",
+         "41111111"),
+    case("the last digits of the card are five five five five four four", "pci numbers",
+         "555544"),
+    case("my card number is four one one one one one one one one one one one one one one one",
+         "pci numbers", "4111"),
+    case("the card expires on the twelfth of may, the code is one two three", "pci", "123"),
+    case("my social security number is one two three four five six seven eight nine",
+         "ssn numbers", "123456789"),
+    case("can you call me back at five five five one two three four five six seven",
+         "phone numbers", "5551234567"),
+    case("my phone number is two zero two five five five zero one one nine", "phone numbers",
+         "2025550119"),
+    case("my email is jane dot doe at example dot com", "email", "jane", "example"),
+    case("your reference number is nine seven five four three", "numbers", "97543"),
+    case("your order number is four two one nine", "numbers", "4219"),
+    case("my account number is eight eight one two three four", "numbers", "881234"),
+    case("your balance is forty two dollars and fifty cents", "numbers", "4250"),
+    case("your contract ends on january twenty fifth, twenty twenty seven", "numbers", "2027"),
+    case("the total comes to one hundred and twenty dollars", ""),
+    case("your appointment is at three thirty p m", ""),
+    case("the price went up by fifteen percent", ""),
+    case("thank you for calling, how can i help you today", ""),
+    case("please hold the line", ""),
+)  # fmt: skip
+
+
+def placeholder(policy: str) -> str:
+    return f"[{policy.upper()}]"
+
+
+def caught(text: str, case: Case, policy: str) -> bool:
+    """`policy` redacted the case: its placeholder there, none of the secrets left."""
+    flat = text.replace(" ", "").replace("-", "").replace(".", "").lower()
+    return placeholder(policy) in text and not any(s.lower() in flat for s in case.secret)
+
+
+def score(policy: str, rows: Sequence[tuple[Case, str]]) -> dict[str, Any]:
+    """Recall and precision of one policy over (case, redacted text) pairs."""
+    mine = [(c, t) for c, t in rows if policy in c.policies]
+    hits = sum(caught(t, c, policy) for c, t in mine)
+    marked = [(c, t) for c, t in rows if placeholder(policy) in t]
+    right = sum(policy in c.policies for c, _ in marked)
+    recall = hits / len(mine) if mine else None
+    precision = right / len(marked) if marked else None
+    return {
+        "policy": policy,
+        "sentences": len(mine),
+        "caught": hits,
+        "recall": recall,
+        "marked": len(marked),
+        "precision": precision,
+        "passes": recall is not None
+        and precision is not None
+        and recall >= RECALL_FLOOR
+        and precision >= PRECISION_FLOOR,
+    }
+
+
+def upload(http_url: str, wav: Path) -> str:
+    """The file API's text for one recording."""
+    boundary = uuid.uuid4().hex
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n"
+    ).encode()
+    body = head + wav.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(
+        http_url + "/v1/audio/transcriptions",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return str(json.loads(answer.read())["text"])
+
+
+def run_policy(model: Path, policy: str, wavs: Sequence[Path]) -> list[str]:
+    """Every recording's text from a server that redacts `policy` alone."""
+    options = ("--model", str(model), "--workers", "1", "--redact", policy)
+    server = spawn(ServerSpec(options, cwd=REPO, start_timeout_s=300.0))
+    try:
+        return [upload(server.http_url, wav) for wav in wavs]
+    finally:
+        server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = parser_for(__doc__)
+    parser.add_argument("--model", type=Path, default=REPO / "models" / "demo")
+    parser.add_argument("--voice", default="en-us")
+    add_json(parser)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    speech = default_speech_dir()
+    wavs = [synthesize(c.spoken, args.voice, speech) for c in CASES]
+    results, texts = [], {}
+    for policy in POLICIES:
+        redacted = run_policy(args.model, policy, wavs)
+        texts[policy] = redacted
+        results.append(score(policy, list(zip(CASES, redacted, strict=True))))
+        print(json.dumps(results[-1]), flush=True)
+    report = {
+        "config": {"model": str(args.model), "voice": args.voice, "policies": list(POLICIES)},
+        "machine": machine("cpus", "platform", "cpu", "python"),
+        "policies": results,
+        "sentences": [
+            {
+                "spoken": c.spoken,
+                "policies": sorted(c.policies),
+                "texts": {p: texts[p][i] for p in POLICIES},
+            }
+            for i, c in enumerate(CASES)
+        ],
+        "run_s": round(time.perf_counter() - started, 1),
+    }
+    write_json(args.json, report)
+    return 0
