@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,15 @@ def unready_server(
         entry=entry,
     )
     return SpawnedServer(spec)
+
+
+@pytest.fixture(scope="module")
+def hook_port() -> int:
+    """A free port for the webhook receiver, known before the server starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 #: The key of the stream_file.py tests' server (`keyed`).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -25,15 +24,6 @@ from tools.speech import synthesize
 CARD = "the last digits of the card are four one one one one one one one"
 REFERENCE = "your reference number is nine seven five four three"
 SECRET = "webhook-secret-0123456789"
-
-
-@pytest.fixture(scope="module")
-def hook_port() -> int:
-    """A free port for the webhook receiver, known before the server starts."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture(scope="module")

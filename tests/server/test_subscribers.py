@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,15 +26,6 @@ KEY = "subscriber-test-key-0123456789"
 SECRET = b"webhook-secret-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TIMEOUT_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def hook_port() -> int:
-    """A free port for the webhook receiver, known before the server starts."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture(scope="module")
