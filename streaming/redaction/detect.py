@@ -20,7 +20,7 @@ rules, by policy:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from streaming.redaction.policies import PRIORITY, Policy
@@ -68,17 +68,25 @@ def luhn_valid(digits: str) -> bool:
 
 
 def find(text: str, policies: frozenset[Policy], context: str = "") -> list[Found]:
-    """What `policies` redact in `text`, without overlaps (the earlier policy in PRIORITY,
-    then the longer span, wins); `context` is the text said just before (a previous final),
-    read for the words that say what is being talked about."""
-    found = [f for policy in policies for f in _rules(policy, text, context)]
+    """What `policies` redact in `text`, overlaps merged (`disjoint`); `context` is the
+    text said just before (a previous final), read for the words that say what is being
+    talked about."""
+    return disjoint([f for policy in policies for f in _rules(policy, text, context)])
+
+
+def disjoint(found: Sequence[Found]) -> list[Found]:
+    """Overlapping spans merged into one (the earlier policy in PRIORITY names it), in
+    order: what any of them covers is redacted, none of it left between them."""
     rank = {p: i for i, p in enumerate(PRIORITY)}
-    found.sort(key=lambda f: (rank[f.policy], -(f.end - f.start), f.start))
-    kept: list[Found] = []
-    for f in found:
-        if all(f.end <= k.start or f.start >= k.end for k in kept):
-            kept.append(f)
-    return sorted(kept, key=lambda f: f.start)
+    merged: list[Found] = []
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        if merged and f.start < merged[-1].end:
+            top = merged[-1]
+            policy = min(top.policy, f.policy, key=rank.__getitem__)
+            merged[-1] = Found(top.start, max(top.end, f.end), policy)
+        else:
+            merged.append(f)
+    return merged
 
 
 def _rules(policy: Policy, text: str, context: str) -> Iterator[Found]:
@@ -94,7 +102,7 @@ def _rules(policy: Policy, text: str, context: str) -> Iterator[Found]:
                 yield from (Found(m.start(), m.end(), policy) for m in pattern.finditer(text))
         case Policy.NUMBERS:
             for m in DIGIT_RUN.finditer(text):
-                if _digit_count(m.group()) >= 4:
+                if digit_count(m.group()) >= 4:
                     yield Found(m.start(), m.end(), policy)
 
 
@@ -102,7 +110,7 @@ def _cards(text: str, talked_about: bool) -> Iterator[Found]:
     for m in DIGIT_RUN.finditer(text):
         if _amount(text, m.start(), m.end()):
             continue
-        count = _digit_count(m.group())
+        count = digit_count(m.group())
         digits = re.sub(r"\D", "", m.group())
         card = 13 <= count <= 19 and luhn_valid(digits)
         # Talking about a card, a run of 3+ digits is a part, a code or an expiry's year.
@@ -118,7 +126,7 @@ def _ssns(text: str, talked_about: bool) -> Iterator[Found]:
         yield Found(m.start(), m.end(), Policy.SSN)
     if talked_about:
         for m in DIGIT_RUN.finditer(text):
-            if _digit_count(m.group()) == 9:
+            if digit_count(m.group()) == 9:
                 yield Found(m.start(), m.end(), Policy.SSN)
 
 
@@ -126,7 +134,7 @@ def _phones(text: str, talked_about: bool) -> Iterator[Found]:
     for m in DIGIT_RUN.finditer(text):
         if _amount(text, m.start(), m.end()):
             continue
-        count = _digit_count(m.group())
+        count = digit_count(m.group())
         if 10 <= count <= 15 or (talked_about and count == 7):
             yield Found(m.start(), m.end(), Policy.PHONE)
 
@@ -141,7 +149,7 @@ def _talked_about(words: re.Pattern[str], text: str, context: str) -> bool:
     return bool(named) and DIGIT_RUN.search(context, named[-1].end()) is None
 
 
-def _digit_count(run: str) -> int:
+def digit_count(run: str) -> int:
     return sum(ch.isdigit() for ch in run)
 
 

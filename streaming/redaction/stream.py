@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from engine.types import Token
 from streaming.redaction.apply import Redacted, redact, redact_text
-from streaming.redaction.detect import DIGIT_RUN, Found, find, luhn_valid
+from streaming.redaction.detect import DIGIT_RUN, Found, digit_count, disjoint, find, luhn_valid
 from streaming.redaction.policies import PRIORITY, Policy, Redaction
 
 #: How many earlier finals are read for what is being talked about.
@@ -94,13 +94,13 @@ class StreamRedactor:
             # A partial's digits may be decoded otherwise in the final (a card that fails
             # the Luhn check here, by one digit): any run of 4 or more is hidden, and the
             # last (it may still grow), and after a held final the first.
-            unsure = [m for m in runs if _digits(m.group()) >= 4] + runs[-1:]
+            unsure = [m for m in runs if digit_count(m.group()) >= 4] + runs[-1:]
             unsure += runs[:1] if self._held is not None else []
             found += [Found(m.start(), m.end(), guard) for m in unsure]
-        return redact_text(text, _disjoint(found), self.redaction.mask)
+        return redact_text(text, disjoint(found), self.redaction.mask)
 
     def _decide(self, item: FinalText, extra: Sequence[Found]) -> RedactedFinal:
-        found = _disjoint([*extra, *find(item.text, self.redaction.policies, self._context())])
+        found = disjoint([*extra, *find(item.text, self.redaction.policies, self._context())])
         self._before.append(item.text)
         span = (item.start_ms, item.end_ms)
         return RedactedFinal(
@@ -116,11 +116,11 @@ class StreamRedactor:
         if Policy.PCI not in self.redaction.policies:
             return False
         last = _last_run(text)
-        if last is None or _digits(last.group()) >= CARD_DIGITS.stop - 1:
+        if last is None or digit_count(last.group()) >= CARD_DIGITS.stop - 1:
             return False
         found = [*extra, *find(text, self.redaction.policies, self._context())]
         taken = any(f.start <= last.start() and f.end >= last.end() for f in found)
-        return not taken and _digits(last.group()) >= 4
+        return not taken and digit_count(last.group()) >= 4
 
 
 def _joined_card(first: str, second: str) -> tuple[Found | None, Found | None]:
@@ -143,21 +143,3 @@ def _last_run(text: str) -> re.Match[str] | None:
     body = text.rstrip(TRAILING_PUNCTUATION)
     runs = [m for m in DIGIT_RUN.finditer(body) if m.end() == len(body)]
     return runs[-1] if runs else None
-
-
-def _digits(run: str) -> int:
-    return sum(ch.isdigit() for ch in run)
-
-
-def _disjoint(found: Sequence[Found]) -> list[Found]:
-    """Overlapping spans merged into one (the earlier policy in PRIORITY names it)."""
-    rank = {p: i for i, p in enumerate(PRIORITY)}
-    merged: list[Found] = []
-    for f in sorted(found, key=lambda f: (f.start, -f.end)):
-        if merged and f.start < merged[-1].end:
-            top = merged[-1]
-            policy = min(top.policy, f.policy, key=rank.__getitem__)
-            merged[-1] = Found(top.start, max(top.end, f.end), policy)
-        else:
-            merged.append(f)
-    return merged
