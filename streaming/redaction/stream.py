@@ -3,7 +3,9 @@
 A card is often read in parts, one utterance each ("my card is 4111 1111", "1111 1111").
 So, with `pci`, a final that ends in digits that could begin a card is held until the
 next final: when that one begins with digits and the two parts make a Luhn-valid number,
-both parts are redacted. The caller sends what `final` returns, and calls `release` when
+both parts are redacted. When the first part was said as a card's (card words: pci took
+it already), the Luhn check is not asked of the two: a digit misheard must not let the
+second part through. The caller sends what `final` returns, and calls `release` when
 no next final is coming soon (its deadline, or the stream's end): nothing is lost, a held
 final is only late. Card words in the finals before a text count for it too ("the card
 number is?" in one utterance, the digits in the next), when they left the question open.
@@ -58,6 +60,7 @@ class StreamRedactor:
         self.redaction = redaction
         self._before: deque[str] = deque(maxlen=CONTEXT_FINALS)
         self._held: FinalText | None = None
+        self._held_named = False  # the held final's last run was pci's already
 
     @property
     def holding(self) -> bool:
@@ -69,12 +72,13 @@ class StreamRedactor:
         out: list[RedactedFinal] = []
         extra: list[Found] = []
         if self._held is not None:
-            held_part, this_part = _joined_card(self._held.text, item.text)
+            held_part, this_part = _joined_card(self._held.text, item.text, self._held_named)
             out.append(self._decide(self._held, [held_part] if held_part else []))
             self._held = None
             extra = [this_part] if this_part else []
-        if self._may_begin_card(item.text, extra):
-            self._held = item
+        begins = self._may_begin_card(item.text, extra)
+        if begins is not None:
+            self._held, self._held_named = item, begins
             return out
         out.append(self._decide(item, extra))
         return out
@@ -110,32 +114,43 @@ class StreamRedactor:
     def _context(self) -> str:
         return " ".join(self._before)
 
-    def _may_begin_card(self, text: str, extra: Sequence[Found]) -> bool:
-        """Whether `text` ends in digits that could be a card's first part and that no
-        rule redacts already."""
+    def _may_begin_card(self, text: str, extra: Sequence[Found]) -> bool | None:
+        """None unless `text` ends in digits that could be a card's first part and that
+        no rule but pci's redacts (pci's must still see the next part); else whether
+        pci took them (the card was named)."""
         if Policy.PCI not in self.redaction.policies:
-            return False
+            return None
         last = _last_run(text)
-        if last is None or digit_count(last.group()) >= CARD_DIGITS.stop - 1:
+        if last is None or any(_covers(f, last) for f in extra):  # it ends a joined card
+            return None
+        count = digit_count(last.group())
+        found = find(text, self.redaction.policies, self._context())
+        takers = {f.policy for f in found if _covers(f, last)}
+        if not takers and 4 <= count < CARD_DIGITS.stop - 1:
             return False
-        found = [*extra, *find(text, self.redaction.policies, self._context())]
-        taken = any(f.start <= last.start() and f.end >= last.end() for f in found)
-        return not taken and digit_count(last.group()) >= 4
+        if takers == {Policy.PCI} and count < CARD_DIGITS.start:  # a named card's start
+            return True
+        return None
 
 
-def _joined_card(first: str, second: str) -> tuple[Found | None, Found | None]:
-    """The end of `first` and the start of `second` when, together, they are a card."""
+def _joined_card(first: str, second: str, named: bool) -> tuple[Found | None, Found | None]:
+    """The end of `first` and the start of `second` when, together, they are a card
+    (Luhn-valid, or of a card's length when `first` named it)."""
     last, lead = _last_run(first), DIGIT_RUN.match(second.lstrip())
     if last is None or lead is None:
         return None, None
     digits = re.sub(r"\D", "", last.group() + lead.group())
-    if len(digits) not in CARD_DIGITS or not luhn_valid(digits):
+    if len(digits) not in CARD_DIGITS or not (named or luhn_valid(digits)):
         return None, None
     shift = len(second) - len(second.lstrip())
     return (
         Found(last.start(), last.end(), Policy.PCI),
         Found(lead.start() + shift, lead.end() + shift, Policy.PCI),
     )
+
+
+def _covers(found: Found, run: re.Match[str]) -> bool:
+    return found.start <= run.start() and found.end >= run.end()
 
 
 def _last_run(text: str) -> re.Match[str] | None:

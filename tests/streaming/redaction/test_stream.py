@@ -37,6 +37,32 @@ def test_a_card_read_in_two_utterances_is_caught_and_neither_part_is_shown() -> 
     assert not redactor.holding
 
 
+def test_a_card_whose_first_part_names_the_card_is_caught_in_its_second_part() -> None:
+    # "My card number is 4111 1111" is redacted on its own (card words): the next part
+    # has none and is only 8 digits, so only the join can tell it is the card's.
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111 1111")) == []
+    sent = redactor.final(final(2, "1111 1111."))
+    assert [s.redacted.text for s in sent] == ["My card number is [PCI]", "[PCI]."]
+
+
+def test_a_named_card_joins_its_next_part_even_with_a_digit_misheard() -> None:
+    # 4111 1111 1111 1112 fails the Luhn check: what was said was a card all the same.
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111 1111")) == []
+    sent = redactor.final(final(2, "1111 1112."))
+    assert digits_in([s.redacted.text for s in sent]) == ""
+
+
+def test_after_a_named_card_other_numbers_are_left() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "The last digits of the card are 4111.")) == []
+    sent = redactor.final(final(2, "Your reference number is 97543."))  # held in its turn
+    sent += redactor.release()
+    texts = [s.redacted.text for s in sent]
+    assert texts == ["The last digits of the card are [PCI].", "Your reference number is 97543."]
+
+
 def test_a_held_final_that_was_no_card_is_sent_unchanged() -> None:
     redactor = StreamRedactor(PCI)
     assert redactor.final(final(1, "My order is 12345678")) == []
