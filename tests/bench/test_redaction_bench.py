@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from tools.bench.redaction import CASES, case, caught, score
+from tools.bench.redaction import (
+    HAND_CASES,
+    KIND_COUNTS,
+    case,
+    caught,
+    generated_cases,
+    score,
+)
+from tools.demo_model import texts
 
 CARD = case("the card is four one one one", "pci numbers", "4111")
 MONEY = case("forty two dollars and fifty cents", "numbers", "4250")
@@ -36,5 +44,27 @@ def test_recall_and_precision_per_policy() -> None:
 
 def test_every_policy_has_sentences_and_there_are_negatives() -> None:
     for policy in ("pci", "ssn", "phone", "email", "numbers"):
-        assert any(policy in c.policies for c in CASES), policy
-    assert sum(not c.policies for c in CASES) >= 5
+        assert any(policy in c.policies for c in HAND_CASES), policy
+    assert sum(not c.policies for c in HAND_CASES) >= 5
+
+
+def test_a_word_secret_is_matched_as_a_word() -> None:
+    email = case("my email is anna at mail dot com", "email", "anna", "mail", "com")
+    assert caught("My email is [EMAIL].", email, "email")  # "mail" inside "EMAIL" is not it
+    assert not caught("My email is anna [EMAIL].", email, "email")
+
+
+def test_generated_cases_are_held_out_and_cover_every_kind_with_its_values() -> None:
+    cases = generated_cases()
+    assert len(cases) == sum(KIND_COUNTS.values()) and cases == generated_cases()
+    assert all(pii_sentence_held_out(c.spoken) for c in cases)
+    for policy in ("pci", "ssn", "phone", "email"):
+        assert sum(policy in c.policies for c in cases) >= 20, policy
+    card = next(c for c in cases if c.spoken.startswith(("my card", "the card number")))
+    digits = "".join(card.secret)
+    assert len(digits) == 16 and all(len(group) == 4 for group in card.secret)
+    assert all(c.secret for c in cases)
+
+
+def pii_sentence_held_out(spoken: str) -> bool:
+    return texts.Sentence("", spoken).held_out

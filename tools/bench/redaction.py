@@ -18,6 +18,8 @@ The command line is scripts/bench_redaction.py.
 from __future__ import annotations
 
 import json
+import random
+import re
 import time
 import urllib.request
 import uuid
@@ -29,6 +31,7 @@ from typing import Any
 from tools.bench.capacity.corpus import default_speech_dir
 from tools.bench.common.cli import add_json, parser_for
 from tools.bench.common.output import machine, write_json
+from tools.demo_model import pii_texts
 from tools.spawn import ServerSpec, spawn
 from tools.speech import synthesize
 
@@ -52,7 +55,7 @@ def case(spoken: str, policies: str, *secret: str) -> Case:
 
 
 #: `numbers` covers every value of 4 or more digits, whatever else it is (an amount too).
-CASES: tuple[Case, ...] = (
+HAND_CASES: tuple[Case, ...] = (
     case("the last digits of the card are four one one one one one one one", "pci numbers",
          "41111111"),
     case("the last digits of the card are five five five five four four", "pci numbers",
@@ -80,14 +83,69 @@ CASES: tuple[Case, ...] = (
 )  # fmt: skip
 
 
+#: The policies that cover each kind of `pii_texts` sentence (a card read in halves, an
+#: expiry and a code are the card's, and only `pci` knows them as such).
+KIND_POLICIES = {
+    "card": "pci numbers",
+    "card_half": "pci numbers",
+    "expiry": "pci",
+    "code": "pci",
+    "phone": "phone numbers",
+    "ssn": "ssn numbers",
+    "email": "email",
+}
+#: Generated sentences per kind: 20 where a policy has one kind, so one miss is 95 %.
+KIND_COUNTS = {
+    "card": 16, "card_half": 8, "expiry": 10, "code": 8, "phone": 20, "ssn": 20, "email": 20,
+}  # fmt: skip
+#: Never a training seed (tools/demo_model trains on seeds 1 and 2).
+CASE_SEED = 4141
+
+
+def generated_cases(seed: int = CASE_SEED) -> tuple[Case, ...]:
+    """Held-out sentences of every kind the demo model was taught (`pii_texts`), with the
+    value's digit groups or words as the secrets."""
+    rng, out = random.Random(seed), list[Case]()
+    for kind, count in KIND_COUNTS.items():
+        drawn = 0
+        while drawn < count:
+            pii = pii_texts.pii_sentence(rng, kind)
+            if not pii.sentence.held_out:
+                continue
+            values = re.findall(r"\d+/\d+|[^\W_]+", _values(pii))
+            out.append(case(pii.sentence.spoken, KIND_POLICIES[kind], *values))
+            drawn += 1
+    return tuple(out)
+
+
+def _values(pii: pii_texts.PiiSentence) -> str:
+    """The written values to redact: the expiry template's code is the card's too."""
+    if pii.kind != "expiry" or "code is" not in pii.sentence.written:
+        return pii.value
+    return f"{pii.value} {pii.sentence.written.rstrip('.').rsplit(' ', 1)[1]}"
+
+
+def all_cases() -> tuple[Case, ...]:
+    """The benchmark set: the hand-written sentences, then the generated ones."""
+    return HAND_CASES + generated_cases()
+
+
 def placeholder(policy: str) -> str:
     return f"[{policy.upper()}]"
 
 
 def caught(text: str, case: Case, policy: str) -> bool:
     """`policy` redacted the case: its placeholder there, none of the secrets left."""
-    flat = text.replace(" ", "").replace("-", "").replace(".", "").lower()
-    return placeholder(policy) in text and not any(s.lower() in flat for s in case.secret)
+    return placeholder(policy) in text and not any(_left(s, text) for s in case.secret)
+
+
+def _left(secret: str, text: str) -> bool:
+    """Whether `secret` shows in `text`: a word as a word (not "mail" in "[EMAIL]"),
+    digits however they are grouped ("4250" in "$42.50")."""
+    if secret.isalpha():
+        return re.search(rf"\b{re.escape(secret)}\b", text, re.IGNORECASE) is not None
+    flat = text.replace(" ", "").replace("-", "").replace(".", "")
+    return secret.replace("-", "").replace(".", "") in flat
 
 
 def score(policy: str, rows: Sequence[tuple[Case, str]]) -> dict[str, Any]:
@@ -148,12 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     speech = default_speech_dir()
-    wavs = [synthesize(c.spoken, args.voice, speech) for c in CASES]
+    cases = all_cases()
+    wavs = [synthesize(c.spoken, args.voice, speech) for c in cases]
     results, texts = [], {}
     for policy in POLICIES:
         redacted = run_policy(args.model, policy, wavs)
         texts[policy] = redacted
-        results.append(score(policy, list(zip(CASES, redacted, strict=True))))
+        results.append(score(policy, list(zip(cases, redacted, strict=True))))
         print(json.dumps(results[-1]), flush=True)
     report = {
         "config": {"model": str(args.model), "voice": args.voice, "policies": list(POLICIES)},
@@ -165,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "policies": sorted(c.policies),
                 "texts": {p: texts[p][i] for p in POLICIES},
             }
-            for i, c in enumerate(CASES)
+            for i, c in enumerate(cases)
         ],
         "run_s": round(time.perf_counter() - started, 1),
     }

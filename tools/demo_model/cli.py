@@ -15,8 +15,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.model.random_weights import BPE_MODEL_NAME
 from server.config import cache_home
-from tools.demo_model import dataset, evaluate, voices
+from tools.demo_model import dataset, evaluate, pii_texts, voices
 from tools.demo_model.loss import live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
@@ -45,6 +46,13 @@ def parser() -> argparse.ArgumentParser:
         help="data: half the sentences take slot values from a wide vocabulary of real and "
         "made-up words (tools/demo_model/wide_words.py), so the model learns to spell",
     )
+    p.add_argument(
+        "--pii",
+        action="store_true",
+        help=f"data: {dataset.PII_SHARE * 100:.0f}%% of the sentences say card numbers, "
+        "expiry dates, security codes, phone and social security numbers or e-mail "
+        "addresses (tools/demo_model/pii_texts.py), so redaction has them to find",
+    )
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
@@ -67,12 +75,20 @@ def _record_command(work: Path, argv: list[str]) -> None:
         log.write(f"{stamp} {line}\n")
 
 
-def tokenizer(work: Path) -> bytes:
+def tokenizer(work: Path, base: Path | None = None) -> bytes:
+    """The run's tokenizer: the `base` model's (a warm start) or one trained on the
+    sentences, with a piece for every character the PII sentences need."""
     path = work / "tokenizer.bpe.model"
     if not path.exists():
         work.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(dataset.train_tokenizer())
-    return path.read_bytes()
+        trained = (
+            dataset.train_tokenizer() if base is None else (base / BPE_MODEL_NAME).read_bytes()
+        )
+        path.write_bytes(trained)
+    extended = dataset.extend_tokenizer(path.read_bytes(), pii_texts.CHARACTERS)
+    if extended != path.read_bytes():
+        path.write_bytes(extended)
+    return extended
 
 
 def eval_sets(work: Path) -> dict[str, list[evaluate.EvalItem]]:
@@ -102,7 +118,7 @@ def train(args: argparse.Namespace) -> Trainer:
         specaug=args.specaug,
         itn_share=args.itn_share,
     )
-    tok = tokenizer(args.work)
+    tok = tokenizer(args.work, args.warm_from)
     trainer = Trainer(args.work, config, live=live_ids(tok))
     if args.warm_from is not None and trainer.warm_start(args.warm_from):
         carry_log(args.warm_from, args.work)
@@ -126,11 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     _record_command(args.work, sys.argv[1:] if argv is None else list(argv))
     if args.step in ("data", "all"):
-        tok = tokenizer(args.work)
+        tok = tokenizer(args.work, args.warm_from)
         folder = args.work / ("shards-clean" if args.clean else "shards")
-        wide = dataset.WIDE_SHARE if args.wide else 0.0
+        mix = dataset.Mix(
+            wide=dataset.WIDE_SHARE if args.wide else 0.0,
+            pii=dataset.PII_SHARE if args.pii else 0.0,
+        )
         dataset.build(
-            folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, wide=wide
+            folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, mix=mix
         )
         eval_sets(args.work)
     trainer = None

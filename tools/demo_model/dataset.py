@@ -8,19 +8,21 @@ funasr's SenseVoiceSmall.forward expects (tags first, then the CTC part).
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engine.features.fbank import Cmvn, Frontend, FrontendConfig
-from engine.model.random_weights import assets, pad_tokenizer, train_bpe
+from engine.model.random_weights import FILLER_SCORE, assets, pad_tokenizer, train_bpe
 from tools.demo_model import augment as augmenting
-from tools.demo_model import texts, voices, wide_words
+from tools.demo_model import pii_texts, texts, voices, wide_words
 
 SHARD_SIZE = 400
 TAG_PIECES = ("<|en|>", "<|NEUTRAL|>", "<|Speech|>", "<|BGM|>", "<|withitn|>", "<|woitn|>")
@@ -45,6 +47,25 @@ def train_tokenizer(count: int = 20000, vocab: int = 700, seed: int = 7) -> byte
     stream = texts.training(seed)
     lines = [line for _ in range(count) for s in [next(stream)] for line in (s.written, s.spoken)]
     return pad_tokenizer(train_bpe(iter(lines), vocab, threads=2))
+
+
+def extend_tokenizer(tokenizer: bytes, characters: str) -> bytes:
+    """The padded tokenizer with a piece for each of `characters` it cannot write, each
+    taking the first filler's id: the trained pieces keep their ids (a model trained on
+    them, and shards encoded with them, stay valid) and the new ones join the live ids."""
+    # The generated protobuf module has no type information.
+    pb: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")
+    proto = pb.ModelProto()
+    proto.ParseFromString(tokenizer)
+    known = {p.piece for p in proto.pieces}
+    first_filler = next(i for i, p in enumerate(proto.pieces) if p.score <= FILLER_SCORE)
+    lowest = min(p.score for p in proto.pieces[:first_filler])
+    for offset, char in enumerate(c for c in dict.fromkeys(characters) if c not in known):
+        piece = proto.pieces[first_filler + offset]
+        # A single character is never a merge's product, so its score orders nothing.
+        piece.piece, piece.score = char, lowest - 1.0 - offset
+        piece.type = pb.ModelProto.SentencePiece.NORMAL
+    return bytes(proto.SerializeToString())
 
 
 class Targets:
@@ -80,6 +101,21 @@ LONG_SHARE = 0.15
 WIDE_SHARE = 0.5
 
 
+#: Share of training sentences that carry what redaction removes (`pii_texts`: card
+#: numbers, expiry dates, codes, phone and social security numbers, e-mail addresses), in
+#: a data set built with `--pii`.
+PII_SHARE = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """The shares of a data set's sentences drawn beyond the base ones: `wide` (slot
+    values from the wide vocabulary), then `pii` of the rest."""
+
+    wide: float = 0.0
+    pii: float = 0.0
+
+
 #: The easy set's voices (a curriculum's first part): a few clear ones.
 CLEAN_VOICES = tuple(
     voices.Voice("espeak", f"{accent}+{variant}")
@@ -95,16 +131,16 @@ def make_example(
     front: Frontend,
     clean: bool = False,
     *,
-    wide: float = 0.0,
+    mix: Mix = Mix(),
 ) -> Example:
     """Utterance `index` of the training set: deterministic in (seed, index). `clean`:
     of the easy set: one sentence, a clear voice at its own pace, silence around it.
-    `wide`: the share of sentences with slot values from the wide vocabulary."""
+    `mix`: the shares of sentences beyond the base ones."""
     rng = random.Random(seed * 1_000_003 + index)
     if clean:
         return _clean_example(rng, targets, front)
     count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
-    sentences = [_training_sentence(rng, targets, wide) for _ in range(count)]
+    sentences = [_training_sentence(rng, targets, mix) for _ in range(count)]
     voice, prosody = voices.pick_training_voice(rng), voices.Prosody.random(rng)
     parts: list[np.ndarray] = []
     for sentence in sentences:
@@ -133,15 +169,23 @@ def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Exa
     )
 
 
-def _training_sentence(rng: random.Random, targets: Targets, wide: float = 0.0) -> texts.Sentence:
-    if wide > 0 and rng.random() < wide:
-        sentence = wide_words.wide_sentence(rng)
-        while sentence.held_out or not targets.writable(sentence.written):
-            sentence = wide_words.wide_sentence(rng)
-        return sentence
+def _training_sentence(rng: random.Random, targets: Targets, mix: Mix = Mix()) -> texts.Sentence:
+    # A share of 0 draws nothing from `rng`, so a base data set is as it always was.
+    if mix.wide > 0 and rng.random() < mix.wide:
+        return _drawn(lambda: wide_words.wide_sentence(rng), targets)
+    if mix.pii > 0 and rng.random() < mix.pii:
+        return _drawn(lambda: pii_texts.pii_sentence(rng).sentence, targets)
     sentence = texts.sentence(rng)
     while sentence.held_out:
         sentence = texts.sentence(rng)
+    return sentence
+
+
+def _drawn(draw: Callable[[], texts.Sentence], targets: Targets) -> texts.Sentence:
+    """The first drawn sentence that is not held out and that the tokenizer can write."""
+    sentence = draw()
+    while sentence.held_out or not targets.writable(sentence.written):
+        sentence = draw()
     return sentence
 
 
@@ -168,12 +212,12 @@ def read_shard(path: Path) -> list[Example]:
     return [Example(f, w, s) for f, w, s in zip(feats, written, spoken, strict=True)]
 
 
-def _build_shard(job: tuple[Path, int, int, bytes, bool, float]) -> str:
-    path, number, seed, tokenizer, clean, wide = job
+def _build_shard(job: tuple[Path, int, int, bytes, bool, Mix]) -> str:
+    path, number, seed, tokenizer, clean, mix = job
     targets, front = Targets(tokenizer), frontend()
     start = number * SHARD_SIZE
     examples = [
-        make_example(start + i, seed, targets, front, clean, wide=wide) for i in range(SHARD_SIZE)
+        make_example(start + i, seed, targets, front, clean, mix=mix) for i in range(SHARD_SIZE)
     ]
     write_shard(path, examples)
     return path.name
@@ -187,13 +231,13 @@ def build(
     workers: int,
     *,
     clean: bool = False,
-    wide: float = 0.0,
+    mix: Mix = Mix(),
 ) -> None:
     """Make the shards in `out` that are not there yet."""
     out.mkdir(parents=True, exist_ok=True)
     shards = -(-utterances // SHARD_SIZE)
     jobs = [
-        (out / f"shard-{n:04d}.npz", n, seed, tokenizer, clean, wide)
+        (out / f"shard-{n:04d}.npz", n, seed, tokenizer, clean, mix)
         for n in range(shards)
         if not (out / f"shard-{n:04d}.npz").exists()
     ]

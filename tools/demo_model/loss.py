@@ -93,3 +93,19 @@ def mask_dead_rows(state: dict[str, torch.Tensor], live: torch.Tensor) -> dict[s
     dead[live] = False
     weight[dead], bias[dead] = 0.0, DEAD_BIAS
     return {**state, "ctc.ctc_lo.weight": weight, "ctc.ctc_lo.bias": bias}
+
+
+def revive_rows(state: dict[str, torch.Tensor], live: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state with the `live` output rows that a packaged model masked as dead (pieces
+    added to the tokenizer since) set like the trained rows, so that they can learn: from
+    a bias of DEAD_BIAS no gradient would bring them back in any number of steps."""
+    weight, bias = state["ctc.ctc_lo.weight"].clone(), state["ctc.ctc_lo.bias"].clone()
+    dead = bias[live] <= DEAD_BIAS / 2
+    rows, trained = live[dead], live[~dead]
+    if len(rows) == 0 or len(trained) == 0:
+        return state
+    generator = torch.Generator().manual_seed(len(rows))
+    noise = torch.randn(len(rows), weight.size(1), generator=generator)
+    weight[rows] = noise * weight[trained].std()
+    bias[rows] = bias[trained].mean()
+    return {**state, "ctc.ctc_lo.weight": weight, "ctc.ctc_lo.bias": bias}

@@ -88,8 +88,10 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             f"FFN {encoder['linear_units']}; the real 25055-id vocabulary layout with a",
             "  tokenizer of the training text.",
             "- Data: sentences from `tools/demo_model/texts.py` (numbers, money, times, dates,",
-            "  call-centre and caption phrases) spoken by espeak-ng and flite voices, with noise,",
-            "  an 8 kHz mu-law telephone line and background music (tagged BGM) mixed in.",
+            "  call-centre and caption phrases) and `pii_texts.py` (card numbers read digit by",
+            "  digit, expiry dates, security codes, phone and social security numbers, e-mail",
+            "  addresses: what redaction removes) spoken by espeak-ng and flite voices, with",
+            "  noise, an 8 kHz mu-law telephone line and background music (tagged BGM) mixed in.",
             "  Emotion is always NEUTRAL; no other events are trained.",
             f"- Training: {marker['steps']} steps of batch {config['batch']}, peak rate "
             f"{config['lr']}, {marker['training_cpu_s'] / 3600:.1f} CPU-hours on 2 cores. "

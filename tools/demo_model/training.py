@@ -23,7 +23,7 @@ import torch
 from engine.model.directory import DEMO_MODEL_MARKER
 from engine.model.network import _sensevoice_class
 from tools.demo_model.dataset import Example
-from tools.demo_model.loss import LiveVocabLoss
+from tools.demo_model.loss import LiveVocabLoss, revive_rows
 
 VOCAB_SIZE = 25055
 FEATURE_DIM = 560
@@ -187,7 +187,10 @@ class Trainer:
         if self.step:
             return False
         weights = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True)
-        self.model.load_state_dict({k: v.float() for k, v in weights.items()})
+        state = {k: v.float() for k, v in weights.items()}
+        if self.loss is not None:
+            state = revive_rows(state, self.loss.live)
+        self.model.load_state_dict(state)
         marker = json.loads((model_dir / DEMO_MODEL_MARKER).read_text())
         self.step = self.fresh_at = int(marker["steps"])
         self.spent_s = float(marker.get("training_cpu_s", 0.0))

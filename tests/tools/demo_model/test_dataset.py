@@ -8,15 +8,19 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from engine.model.random_weights import check_tokenizer
 from tools.demo_model.dataset import (
     Example,
+    Mix,
     Targets,
+    extend_tokenizer,
     frontend,
     make_example,
     read_shard,
     train_tokenizer,
     write_shard,
 )
+from tools.demo_model.loss import live_ids
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +87,7 @@ def test_a_wide_example_says_words_the_base_sentences_never_do(tokenizer: bytes)
     sp = spm.SentencePieceProcessor(model_proto=tokenizer)
     targets, front = Targets(tokenizer), frontend()
     base_words = {w for i in range(40) for w in _spoken(sp, make_example(i, 3, targets, front))}
-    wide = [make_example(i, 3, targets, front, wide=1.0) for i in range(12)]
+    wide = [make_example(i, 3, targets, front, mix=Mix(wide=1.0)) for i in range(12)]
     assert all(sp.unk_id() not in e.written.tolist() for e in wide)  # every piece known
     new = {w for e in wide for w in _spoken(sp, e)} - base_words
     assert len(new) >= 8  # a name, city, team or thing in most of them
@@ -91,3 +95,21 @@ def test_a_wide_example_says_words_the_base_sentences_never_do(tokenizer: bytes)
 
 def _spoken(sp: spm.SentencePieceProcessor, example: Example) -> list[str]:
     return str(sp.decode(example.spoken[4:].tolist())).split()
+
+
+def test_extending_the_tokenizer_keeps_every_id_and_writes_the_new_characters(
+    tokenizer: bytes,
+) -> None:
+    before = spm.SentencePieceProcessor(model_proto=tokenizer)
+    extended = extend_tokenizer(tokenizer, "@/@")
+    after = spm.SentencePieceProcessor(model_proto=extended)
+    check_tokenizer(extended)
+    assert before.unk_id() in before.encode("anna@mail.com 05/27")
+    assert after.unk_id() not in after.encode("anna@mail.com 05/27")
+    assert after.decode(after.encode("anna@mail.com 05/27")) == "anna@mail.com 05/27"
+    for text in ("Your balance is $42.50.", "thank you for calling"):
+        assert after.encode(text) == before.encode(text)
+    new = {after.piece_to_id(c) for c in "@/"}
+    assert new == {len(live_ids(tokenizer)) - 6, len(live_ids(tokenizer)) - 5}  # first fillers
+    assert set(live_ids(extended).tolist()) == set(live_ids(tokenizer).tolist()) | new
+    assert extend_tokenizer(extended, "@/") == extended  # nothing left to add

@@ -9,7 +9,13 @@ import torch
 
 from tests.tools.demo_model.test_training import SMALL, examples
 from tools.demo_model.dataset import TAG_PIECES, train_tokenizer
-from tools.demo_model.loss import DEAD_BIAS, LiveVocabLoss, live_ids, mask_dead_rows
+from tools.demo_model.loss import (
+    DEAD_BIAS,
+    LiveVocabLoss,
+    live_ids,
+    mask_dead_rows,
+    revive_rows,
+)
 from tools.demo_model.training import VOCAB_SIZE, build_model, collate
 
 #: The test examples' pieces: labels 3..8 and their four tags (blank 0 too).
@@ -61,3 +67,17 @@ def test_masking_leaves_live_rows_and_sinks_the_rest() -> None:
     assert torch.equal(weight[LIVE], state["ctc.ctc_lo.weight"][LIVE])
     assert bias[1] == DEAD_BIAS and bias[20000] == DEAD_BIAS and not weight[20000].any()
     assert state["ctc.ctc_lo.bias"][1] != DEAD_BIAS  # the given state is left as it was
+
+
+def test_reviving_sets_masked_live_rows_like_the_trained_ones_and_leaves_the_rest() -> None:
+    state = mask_dead_rows(build_model(SMALL).state_dict(), LIVE)
+    grown = torch.cat([LIVE[:-4], torch.tensor([9, 10]), LIVE[-4:]])  # two new pieces
+    revived = revive_rows(state, grown)
+    bias, weight = revived["ctc.ctc_lo.bias"], revived["ctc.ctc_lo.weight"]
+    assert torch.equal(bias[LIVE], state["ctc.ctc_lo.bias"][LIVE])
+    assert torch.equal(weight[LIVE], state["ctc.ctc_lo.weight"][LIVE])
+    trained = state["ctc.ctc_lo.bias"][LIVE]
+    assert bias[9] == pytest.approx(float(trained.mean())) and bias[10] == bias[9]
+    assert weight[9].std() > 0 and not torch.equal(weight[9], weight[10])
+    assert bias[11] == DEAD_BIAS and not weight[11].any()  # not live: still dead
+    assert revive_rows(state, LIVE) is state  # nothing masked among the live rows

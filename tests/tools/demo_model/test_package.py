@@ -15,7 +15,7 @@ from engine.model.directory import load_model_dir
 from engine.types import DecodeOptions
 from tests.tools.demo_model.test_training import SMALL, examples
 from tools.demo_model.cli import carry_log
-from tools.demo_model.dataset import train_tokenizer
+from tools.demo_model.dataset import extend_tokenizer, train_tokenizer
 from tools.demo_model.evaluate import Decoder
 from tools.demo_model.loss import DEAD_BIAS, live_ids
 from tools.demo_model.package import package
@@ -85,3 +85,25 @@ def test_a_new_machine_continues_from_the_packaged_model(tmp_path: Path) -> None
     commands = (later / "commands.log").read_text().splitlines()
     assert [c.split()[0] for c in commands] == ["t0", "t1"]
     assert not Trainer(later, config, SMALL).warm_start(out)  # a run exists: resume it
+
+
+def test_a_warm_start_with_new_pieces_revives_their_rows(tmp_path: Path) -> None:
+    work, out, later = tmp_path / "work", tmp_path / "demo", tmp_path / "later"
+    work.mkdir()
+    tokenizer = train_tokenizer(count=500, vocab=200)
+    (work / "tokenizer.bpe.model").write_bytes(tokenizer)
+    config = TrainConfig(steps=2, batch=8, warmup=2, threads=2)
+    Trainer(work, config, SMALL).run(examples(8), lambda step: {})
+    package(work, out)
+    packaged = torch.load(out / "model.pt", weights_only=True)["ctc.ctc_lo.bias"].float()
+
+    grown = live_ids(extend_tokenizer(tokenizer, "@/"))
+    new = sorted(set(grown.tolist()) - set(live_ids(tokenizer).tolist()))
+    later.mkdir()
+    resumed = Trainer(later, config, SMALL, live=grown)
+    assert resumed.warm_start(out)
+    bias = resumed.model.state_dict()["ctc.ctc_lo.bias"]
+    assert len(new) == 2 and all(packaged[i] == DEAD_BIAS for i in new)
+    assert all(bias[i] > DEAD_BIAS / 2 for i in new)  # can be learnt, unlike -10000
+    old = live_ids(tokenizer)
+    assert torch.equal(bias[old], packaged[old])

@@ -1,0 +1,80 @@
+"""PII sentences: values the redaction rules are built for, said as they are written."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from tools.demo_model import texts
+from tools.demo_model.pii_texts import KINDS, luhn_complete, pii_sentence
+
+DIGIT_WORDS = {texts.words(d): str(d) for d in range(10)} | {"oh": "0"}
+
+
+def _luhn(digits: str) -> bool:
+    """The Luhn check, written out here (not the code under test's)."""
+    doubled = [int(c) * (2 if i % 2 else 1) for i, c in enumerate(reversed(digits))]
+    return sum(d // 10 + d % 10 for d in doubled) % 10 == 0
+
+
+def test_luhn_completion_makes_known_card_numbers() -> None:
+    assert luhn_complete("411111111111111") == "4111111111111111"
+    assert luhn_complete("555555555555444") == "5555555555554444"
+    rng = random.Random(1)
+    for _ in range(500):
+        assert _luhn(luhn_complete("".join(str(rng.randint(0, 9)) for _ in range(15))))
+
+
+@pytest.mark.parametrize("kind", ["card", "card_half", "phone", "ssn"])
+def test_digits_are_said_one_by_one_as_written(kind: str) -> None:
+    rng = random.Random(2)
+    for _ in range(200):
+        pii = pii_sentence(rng, kind)
+        said = [DIGIT_WORDS[w] for w in pii.sentence.spoken.split() if w in DIGIT_WORDS]
+        assert re.sub(r"\D", "", pii.value) in "".join(said)  # "eight digits" says one too
+        assert pii.value in pii.sentence.written
+
+
+def test_the_written_forms_are_those_redaction_expects() -> None:
+    rng = random.Random(3)
+    forms = {
+        "card": r"(\d{4} ){3}\d{4}",
+        "card_half": r"\d{4} \d{4}",
+        "expiry": r"(0[1-9]|1[0-2])/\d{2}",
+        "code": r"\d{3}",
+        "phone": r"\d{3}-\d{3}-\d{4}",
+        "ssn": r"\d{3}-\d{2}-\d{4}",
+        "email": r"[a-z]+(\.[a-z]+)?@[a-z]+\.(com|org|net)",
+    }
+    for kind in KINDS:
+        for _ in range(100):
+            pii = pii_sentence(rng, kind)
+            assert re.fullmatch(forms[kind], pii.value), (kind, pii.value)
+            if kind == "card":
+                assert _luhn(pii.value.replace(" ", ""))
+
+
+def test_an_email_is_said_with_dot_and_at() -> None:
+    rng = random.Random(4)
+    for _ in range(50):
+        pii = pii_sentence(rng, "email")
+        said = pii.value.replace(".", " dot ").replace("@", " at ")
+        assert " ".join(said.split()) in pii.sentence.spoken
+
+
+def test_an_expiry_says_its_month_and_year() -> None:
+    rng = random.Random(5)
+    for _ in range(100):
+        pii = pii_sentence(rng, "expiry")
+        month, year = (int(p) for p in pii.value.split("/"))
+        spoken = pii.sentence.spoken
+        assert texts.words(month) in spoken and texts.words(year) in spoken
+
+
+def test_every_kind_is_drawn_and_the_spoken_form_has_no_digits() -> None:
+    rng = random.Random(6)
+    drawn = [pii_sentence(rng) for _ in range(700)]
+    assert {p.kind for p in drawn} == set(KINDS)
+    assert all(p.sentence.spoken == texts.spoken_words(p.sentence.spoken) for p in drawn)
