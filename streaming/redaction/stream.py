@@ -3,12 +3,14 @@
 A card is often read in parts, one utterance each ("my card is 4111 1111", "1111 1111").
 So, with `pci`, a final that ends in digits that could begin a card is held until the
 next final: when that one begins with digits and the two parts make a Luhn-valid number,
-both parts are redacted. When the first part was said as a card's (card words: pci took
-it already), the Luhn check is not asked of the two: a digit misheard must not let the
-second part through. The caller sends what `final` returns, and calls `release` when
-no next final is coming soon (its deadline, or the stream's end): nothing is lost, a held
-final is only late. Card words in the finals before a text count for it too ("the card
-number is?" in one utterance, the digits in the next), when they left the question open.
+both parts are redacted; a next final that begins with words joins by its first run
+("the last eight are 5555 4444"). When the first part was said as a card's (card words:
+pci took it already), the Luhn check is not asked of a leading run: a digit misheard
+must not let the second part through. The caller sends what `final` returns, and calls
+`release` when no next final is coming soon (its deadline, or the stream's end): nothing
+is lost, a held final is only late. Card words in the finals before a text count for it
+too ("the card number is?" in one utterance, the digits in the next), when they left the
+question open.
 
 A partial never shows digits its final might redact: it is redacted by the same rules,
 and, while any digit policy is on, so is every run of 4 or more digits in it (the final
@@ -134,19 +136,25 @@ class StreamRedactor:
 
 
 def _joined_card(first: str, second: str, named: bool) -> tuple[Found | None, Found | None]:
-    """The end of `first` and the start of `second` when, together, they are a card
-    (Luhn-valid, or of a card's length when `first` named it)."""
-    last, lead = _last_run(first), DIGIT_RUN.match(second.lstrip())
-    if last is None or lead is None:
-        return None, None
-    digits = re.sub(r"\D", "", last.group() + lead.group())
-    if len(digits) not in CARD_DIGITS or not (named or luhn_valid(digits)):
+    """The end of `first` and a run of `second` when, together, they are a card: its
+    leading run (Luhn-valid, or of a card's length when `first` named the card), or its
+    first run after words ("the last eight are ...") when the two pass the Luhn check."""
+    last = _last_run(first)
+    if last is None:
         return None, None
     shift = len(second) - len(second.lstrip())
-    return (
-        Found(last.start(), last.end(), Policy.PCI),
-        Found(lead.start() + shift, lead.end() + shift, Policy.PCI),
-    )
+    lead = DIGIT_RUN.match(second, shift)
+    later = DIGIT_RUN.search(second)
+    for run, lenient in ((lead, named), (later if lead is None else None, False)):
+        if run is None:
+            continue
+        digits = re.sub(r"\D", "", last.group() + run.group())
+        if len(digits) in CARD_DIGITS and (lenient or luhn_valid(digits)):
+            return (
+                Found(last.start(), last.end(), Policy.PCI),
+                Found(run.start(), run.end(), Policy.PCI),
+            )
+    return None, None
 
 
 def _covers(found: Found, run: re.Match[str]) -> bool:

@@ -54,6 +54,14 @@ def test_a_named_card_joins_its_next_part_even_with_a_digit_misheard() -> None:
     assert digits_in([s.redacted.text for s in sent]) == ""
 
 
+def test_a_second_part_said_after_words_is_caught_when_the_two_pass_luhn() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "The first eight digits of the card are 5555 5555.")) == []
+    sent = redactor.final(final(2, "The last eight are 5555 4444."))
+    texts = [s.redacted.text for s in sent]
+    assert texts == ["The first eight digits of the card are [PCI].", "The last eight are [PCI]."]
+
+
 def test_after_a_named_card_other_numbers_are_left() -> None:
     redactor = StreamRedactor(PCI)
     assert redactor.final(final(1, "The last digits of the card are 4111.")) == []
