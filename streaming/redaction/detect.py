@@ -11,8 +11,11 @@ rules, by policy:
   of 3 or more digits (a card read in parts, a security code) and an expiry date
   (`05/27`, `05/2027`). Amounts ("$42.50"),
   percentages, times and dates with a month name are never a card's.
-- `ssn`: `123-45-6789`, or 9 digits where a social security number is being talked about.
-- `phone`: a run of 10 to 15 digits (an optional `+`), or 7 where a phone is talked about.
+- `ssn`: `123-45-6789`, or 8 to 10 digits where a social security number is being talked
+  about (9 read aloud, one of them perhaps dropped or doubled by the recogniser).
+- `phone`: a run of 10 to 15 digits (an optional `+`), or 7 to 9 where a phone is talked
+  about; never a run said of a card or a social security number (the last of the three
+  named before it).
 - `email`: a written address, or a spoken one ("jane dot doe at example dot com").
 - `numbers`: any run of 4 or more digits.
 """
@@ -33,7 +36,11 @@ CARD_WORDS = re.compile(
     re.IGNORECASE,
 )
 SSN_WORDS = re.compile(r"\b(?:social security|ssn|social)\b", re.IGNORECASE)
-PHONE_WORDS = re.compile(r"\b(?:phone|call|mobile|cell|telephone|reach me|number)\b", re.I)
+PHONE_WORDS = re.compile(r"\b(?:phone|call|mobile|cell|telephone|reach me)\b", re.I)
+#: What a run of digits is said of, by the words before it.
+TOPICS = (("card", CARD_WORDS), ("ssn", SSN_WORDS), ("phone", PHONE_WORDS))
+#: Digits an SSN (9) read aloud may be written with.
+SSN_DIGITS = range(8, 11)
 EXPIRY = re.compile(r"\b(?:0?[1-9]|1[0-2])\s?/\s?(?:\d{2}|20\d{2})\b")
 SSN_FORM = re.compile(r"\b\d{3}-\d{2}-\d{4}\b")
 EMAIL_WRITTEN = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
@@ -94,9 +101,9 @@ def _rules(policy: Policy, text: str, context: str) -> Iterator[Found]:
         case Policy.PCI:
             yield from _cards(text, _talked_about(CARD_WORDS, text, context))
         case Policy.SSN:
-            yield from _ssns(text, _talked_about(SSN_WORDS, text, context))
+            yield from _ssns(text, context)
         case Policy.PHONE:
-            yield from _phones(text, _talked_about(PHONE_WORDS, text, context))
+            yield from _phones(text, context)
         case Policy.EMAIL:
             for pattern in (EMAIL_WRITTEN, EMAIL_SPOKEN):
                 yield from (Found(m.start(), m.end(), policy) for m in pattern.finditer(text))
@@ -121,22 +128,37 @@ def _cards(text: str, talked_about: bool) -> Iterator[Found]:
             yield Found(m.start(), m.end(), Policy.PCI)
 
 
-def _ssns(text: str, talked_about: bool) -> Iterator[Found]:
+def _ssns(text: str, context: str) -> Iterator[Found]:
     for m in SSN_FORM.finditer(text):
         yield Found(m.start(), m.end(), Policy.SSN)
-    if talked_about:
-        for m in DIGIT_RUN.finditer(text):
-            if digit_count(m.group()) == 9:
-                yield Found(m.start(), m.end(), Policy.SSN)
-
-
-def _phones(text: str, talked_about: bool) -> Iterator[Found]:
     for m in DIGIT_RUN.finditer(text):
-        if _amount(text, m.start(), m.end()):
+        if digit_count(m.group()) in SSN_DIGITS and _said_of("ssn", text, m.start(), context):
+            yield Found(m.start(), m.end(), Policy.SSN)
+
+
+def _phones(text: str, context: str) -> Iterator[Found]:
+    for m in DIGIT_RUN.finditer(text):
+        if _amount(text, m.start(), m.end()) or _topic(text, m.start()) in ("card", "ssn"):
             continue
         count = digit_count(m.group())
-        if 10 <= count <= 15 or (talked_about and count == 7):
+        if 10 <= count <= 15 or (7 <= count <= 9 and _said_of("phone", text, m.start(), context)):
             yield Found(m.start(), m.end(), Policy.PHONE)
+
+
+def _topic(text: str, before: int) -> str | None:
+    """Which of a card, a social security number or a phone was named last before
+    character `before` of `text`, if any."""
+    named = [(m.end(), kind) for kind, words in TOPICS for m in words.finditer(text, 0, before)]
+    return max(named)[1] if named else None
+
+
+def _said_of(kind: str, text: str, start: int, context: str) -> bool:
+    """Whether the run at `start` is said of `kind`: the last thing named before it, or,
+    with nothing named before it, named in the text or left open before it."""
+    topic = _topic(text, start)
+    if topic is not None:
+        return topic == kind
+    return _talked_about(dict(TOPICS)[kind], text, context)
 
 
 def _talked_about(words: re.Pattern[str], text: str, context: str) -> bool:

@@ -90,3 +90,31 @@ def test_each_policy_only_when_asked() -> None:
     assert shown(text, frozenset({Policy.NUMBERS})) == (
         "Call [NUMBERS] or mail a@b.com about order [NUMBERS]."
     )
+
+
+SSN = frozenset({Policy.SSN})
+PHONE = frozenset({Policy.PHONE})
+
+
+def test_a_social_security_number_with_a_digit_misheard_is_still_one() -> None:
+    # Speech recognition drops or doubles a digit of a long run read aloud.
+    for said in ("123456789", "1234556789", "61957714"):
+        text = f"My social security number is {said}."
+        assert shown(text, SSN) == "My social security number is [SSN].", said
+    assert shown("My SSN is 5300707554.", SSN) == "My SSN is [SSN]."
+    assert shown("My order number is 12345678.", SSN) == "My order number is 12345678."
+
+
+def test_a_phone_number_with_a_digit_dropped_is_still_one_where_a_call_is_asked() -> None:
+    assert shown("Please call 438506037 after 5 AM.", PHONE) == "Please call [PHONE] after 5 AM."
+    assert shown("My mobile is 55512345.", PHONE) == "My mobile is [PHONE]."
+
+
+def test_a_card_or_social_security_number_is_not_a_phone_number() -> None:
+    for text in (
+        "My card number is 411111111111111.",  # a digit dropped: 15, a phone's length
+        "My social security number is 0387645567.",
+        "My SSN is 5300707554.",
+    ):
+        assert shown(text, PHONE) == text
+    assert shown("My account number is 12345678.", PHONE) == "My account number is 12345678."
