@@ -37,13 +37,18 @@ def server(demo_model: Path, hook_port: int) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def talk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The two sentences in one recording, a pause between them."""
-    folder = tmp_path_factory.mktemp("redaction")
-    parts = [synthesize(text, "en-us", folder) for text in (CARD, REFERENCE)]
-    out = folder / "talk.wav"
-    silence = ["-n", "-r", "16000", "-c", "1", "-b", "16", str(folder / "gap.wav")]
+    return recording(tmp_path_factory.mktemp("redaction"), CARD, REFERENCE)
+
+
+def recording(folder: Path, *sentences: str) -> Path:
+    """The sentences in one recording (espeak-ng en-us), 1.2 s of silence between them."""
+    parts = [synthesize(text, "en-us", folder) for text in sentences]
+    gap = folder / "gap.wav"
+    silence = ["-n", "-r", "16000", "-c", "1", "-b", "16", str(gap)]
     subprocess.run(["sox", *silence, "trim", "0", "1.2"], check=True)
-    subprocess.run(["sox", str(parts[0]), str(folder / "gap.wav"), str(parts[1]), str(out)],
-                   check=True)  # fmt: skip
+    joined = [str(p) for part in parts for p in (part, gap)][:-1]
+    out = folder / f"talk-{uuid.uuid4().hex[:8]}.wav"
+    subprocess.run(["sox", *joined, str(out)], check=True)
     return out
 
 
@@ -67,6 +72,49 @@ def test_a_card_never_reaches_a_client_and_other_numbers_do(
     assert not any(ch.isdigit() for ch in texts[0])
     assert "97543" in texts[1]  # pci leaves a number that is no card's
     assert finals[0]["redactions"] and "redactions" not in finals[1]
+
+
+def events(server: ServerProcess, wav: Path) -> list[dict[str, object]]:
+    """Every event a v1 stream is sent for `wav`, partials too."""
+
+    async def run() -> list[dict[str, object]]:
+        async with websockets.connect(server.url) as ws:
+            await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+            samples, rate = soundfile.read(wav, dtype="int16")
+            assert rate == 16000
+            audio = samples.tobytes()
+            for i in range(0, len(audio), 3200):
+                await ws.send(audio[i : i + 3200])
+            await ws.send(json.dumps({"type": "stop"}))
+            return [json.loads(m) async for m in ws]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "sentences",
+    [
+        # A whole card (4111 1111 1111 1111), then a number that is no card's.
+        (f"my card number is four {' '.join(['one'] * 15)}", REFERENCE),
+        # A card read in two utterances (5555 5555 5555 4444): neither half may show.
+        ("my card number is five five five five five five five five",
+         "the last eight digits are five five five five four four four four"),
+    ],
+    ids=["whole", "halves"],
+)  # fmt: skip
+def test_no_digit_of_a_card_read_aloud_reaches_a_partial_or_a_final(
+    server: ServerProcess, tmp_path: Path, sentences: tuple[str, str]
+) -> None:
+    sent = events(server, recording(tmp_path, *sentences))
+    finals = [str(e["text"]) for e in sent if e["type"] == "final"]
+    partials = [str(e["text"]) for e in sent if e["type"] == "partial"]
+    assert len(finals) == 2 and "[PCI]" in finals[0], finals
+    card_said = [finals[0]] + ([finals[1]] if sentences[1] != REFERENCE else [])
+    assert not any(ch.isdigit() for text in card_said + partials for ch in text), sent
+    if sentences[1] == REFERENCE:
+        assert "97543" in finals[1]
+    else:
+        assert "[PCI]" in finals[1]
 
 
 def test_a_follower_sees_what_the_stream_sees(server: ServerProcess, talk: Path) -> None:
