@@ -77,11 +77,12 @@ CARD_PREFIXES = ("4", "51", "52", "53", "54", "55", "6011")
 
 @dataclass(frozen=True, slots=True)
 class PiiSentence:
-    """A sentence of one kind, and the written value in it that redaction must remove."""
+    """A sentence of one kind, and the written values in it that redaction must remove
+    (the first is the kind's own: an expiry's sentence may say a code too)."""
 
     kind: str
     sentence: texts.Sentence
-    value: str
+    values: tuple[str, ...]
 
 
 def luhn_complete(payload: str) -> str:
@@ -166,8 +167,8 @@ SLOTS: dict[str, texts.Slot] = {
     "email": _email,
     "time": texts.SLOTS["time"],
 }
-#: The slot of each kind whose value is the one to redact.
-VALUE_SLOT = {"card_half": "half"}
+#: The slots whose values are not redaction's.
+PLAIN_SLOTS = frozenset({"time"})
 
 
 def pii_sentence(rng: random.Random, kind: str | None = None) -> PiiSentence:
@@ -177,5 +178,5 @@ def pii_sentence(rng: random.Random, kind: str | None = None) -> PiiSentence:
     fills = {name: SLOTS[name](rng) for name in re.findall(r"{(\w+)}", template)}
     written = template.format(**{k: w for k, (w, _) in fills.items()})
     spoken = template.format(**{k: s for k, (_, s) in fills.items()})
-    value = fills[VALUE_SLOT.get(kind, kind)][0]
-    return PiiSentence(kind, texts.Sentence(written, texts.spoken_words(spoken)), value)
+    values = tuple(w for name, (w, _) in fills.items() if name not in PLAIN_SLOTS)
+    return PiiSentence(kind, texts.Sentence(written, texts.spoken_words(spoken)), values)

@@ -33,8 +33,8 @@ def test_digits_are_said_one_by_one_as_written(kind: str) -> None:
     for _ in range(200):
         pii = pii_sentence(rng, kind)
         said = [DIGIT_WORDS[w] for w in pii.sentence.spoken.split() if w in DIGIT_WORDS]
-        assert re.sub(r"\D", "", pii.value) in "".join(said)  # "eight digits" says one too
-        assert pii.value in pii.sentence.written
+        assert re.sub(r"\D", "", pii.values[0]) in "".join(said)  # "eight digits" says one too
+        assert pii.values[0] in pii.sentence.written
 
 
 def test_the_written_forms_are_those_redaction_expects() -> None:
@@ -51,16 +51,16 @@ def test_the_written_forms_are_those_redaction_expects() -> None:
     for kind in KINDS:
         for _ in range(100):
             pii = pii_sentence(rng, kind)
-            assert re.fullmatch(forms[kind], pii.value), (kind, pii.value)
+            assert re.fullmatch(forms[kind], pii.values[0]), (kind, pii.values[0])
             if kind == "card":
-                assert _luhn(pii.value.replace(" ", ""))
+                assert _luhn(pii.values[0].replace(" ", ""))
 
 
 def test_an_email_is_said_with_dot_and_at() -> None:
     rng = random.Random(4)
     for _ in range(50):
         pii = pii_sentence(rng, "email")
-        said = pii.value.replace(".", " dot ").replace("@", " at ")
+        said = pii.values[0].replace(".", " dot ").replace("@", " at ")
         assert " ".join(said.split()) in pii.sentence.spoken
 
 
@@ -68,7 +68,7 @@ def test_an_expiry_says_its_month_and_year() -> None:
     rng = random.Random(5)
     for _ in range(100):
         pii = pii_sentence(rng, "expiry")
-        month, year = (int(p) for p in pii.value.split("/"))
+        month, year = (int(p) for p in pii.values[0].split("/"))
         spoken = pii.sentence.spoken
         assert texts.words(month) in spoken and texts.words(year) in spoken
 
@@ -78,3 +78,13 @@ def test_every_kind_is_drawn_and_the_spoken_form_has_no_digits() -> None:
     drawn = [pii_sentence(rng) for _ in range(700)]
     assert {p.kind for p in drawn} == set(KINDS)
     assert all(p.sentence.spoken == texts.spoken_words(p.sentence.spoken) for p in drawn)
+
+
+def test_every_value_to_redact_is_listed_and_no_other() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        pii = pii_sentence(rng, "expiry")
+        assert len(pii.values) == (2 if "code is" in pii.sentence.written else 1)
+        assert all(v in pii.sentence.written for v in pii.values)
+        phone = pii_sentence(rng, "phone")
+        assert len(phone.values) == 1  # "after 5:07 PM" is no one's secret
