@@ -6,7 +6,6 @@ to the server's, never remove one (a compliance default must hold for every stre
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -46,11 +45,16 @@ class Redaction:
         return Redaction(self.policies | other.policies, self.mask or other.mask)
 
 
-def parse_policies(given: str | Iterable[str]) -> frozenset[Policy]:
-    """`"pci,ssn"` or `["pci", "ssn"]` as policies; raises InvalidFieldError naming an
-    unknown one."""
-    names = given.split(",") if isinstance(given, str) else list(given)
-    wanted = [str(n).strip().lower() for n in names if str(n).strip()]
+def parse_policies(given: object, field: str = "redact") -> frozenset[Policy]:
+    """`"pci,ssn"` or `["pci", "ssn"]` as policies; raises InvalidFieldError naming
+    `field` when it is neither, or an unknown policy."""
+    if isinstance(given, str):
+        names = given.split(",")
+    elif isinstance(given, list) and all(isinstance(n, str) for n in given):
+        names = given
+    else:
+        raise InvalidFieldError(f'{field} must be a list of policies, e.g. ["pci", "email"]')
+    wanted = [n.strip().lower() for n in names if n.strip()]
     known = {p.value for p in Policy}
     unknown = sorted(set(wanted) - known)
     if unknown:

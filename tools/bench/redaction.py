@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streaming.redaction.policies import Policy
 from tools.bench.capacity.corpus import default_speech_dir
 from tools.bench.common.cli import add_json, parser_for
 from tools.bench.common.output import machine, write_json
@@ -126,7 +127,7 @@ def all_cases(seed: int = CASE_SEED) -> tuple[Case, ...]:
 
 
 def placeholder(policy: str) -> str:
-    return f"[{policy.upper()}]"
+    return Policy(policy).placeholder
 
 
 def caught(text: str, case: Case, policy: str) -> bool:

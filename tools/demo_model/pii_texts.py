@@ -17,6 +17,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from streaming.redaction.detect import luhn_valid
 from tools.demo_model import texts
 
 #: Characters of these written forms that the base sentences never hold.
@@ -87,13 +88,7 @@ class PiiSentence:
 
 def luhn_complete(payload: str) -> str:
     """`payload` with the check digit that makes it pass the Luhn check."""
-    total = 0
-    for i, ch in enumerate(reversed(payload)):
-        d = int(ch)
-        if i % 2 == 0:  # doubled: these are every second digit once the check is appended
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return payload + str((10 - total % 10) % 10)
+    return next(payload + d for d in "0123456789" if luhn_valid(payload + d))
 
 
 def said_digits(digits: str, rng: random.Random) -> str:

@@ -207,13 +207,11 @@ def _redaction(config: object, where: str) -> Redaction:
     """`customConfig.redact` (a list or "pci,ssn") and `customConfig.redact_mask`."""
     if not isinstance(config, dict):
         return Redaction()
-    policies = config.get("redact", [])
-    if not isinstance(policies, str | list):
-        raise InvalidFieldError(f"{where}customConfig.redact must be a list of policies")
+    policies = parse_policies(config.get("redact", []), f"{where}customConfig.redact")
     mask = config.get("redact_mask", False)
     if not isinstance(mask, bool):
         raise InvalidFieldError(f"{where}customConfig.redact_mask must be true or false")
-    return Redaction(parse_policies(policies), mask)
+    return Redaction(policies, mask)
 
 
 def read_media(value: object) -> tuple[Media, ...]:

@@ -139,7 +139,9 @@ def stream_options(params: Mapping[str, str]) -> StreamOptions:
                 raise InvalidFieldError(f"customParameters.{name} must be true or false")
             fields[name] = flag
     mask = fields.pop("redact_mask", False)
-    fields["redact"] = Redaction(parse_policies(params.get("redact", "")), mask)
+    fields["redact"] = Redaction(
+        parse_policies(params.get("redact", ""), "customParameters.redact"), mask
+    )
     return StreamOptions(**fields)
 
 

@@ -157,7 +157,7 @@ def parse_client_text(text: str) -> ClientMessage:
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
     _reject_unknown(obj, tuple(START_FIELDS), "start")
     hotwords = _hotwords(obj.pop("hotwords", []))
-    redact = _redact(obj.pop("redact", []))
+    redact = parse_policies(obj.pop("redact", []), "start.redact")
     for name, value in obj.items():
         expected = START_FIELDS[name]
         # bool is a subclass of int in Python; JSON true must not pass as 1.
@@ -188,15 +188,6 @@ def _hotwords(value: object) -> tuple[Hotword, ...]:
     ):
         return hotwords_from(value)
     raise InvalidFieldError("start.hotwords must be a list of phrases or {phrase: boost}")
-
-
-def _redact(value: object) -> frozenset[Policy]:
-    """start.redact: a list of policy names, or one string of them joined by commas."""
-    if isinstance(value, str) or (
-        isinstance(value, list) and all(isinstance(p, str) for p in value)
-    ):
-        return parse_policies(value)
-    raise InvalidFieldError('start.redact must be a list of policies, e.g. ["pci", "email"]')
 
 
 def hotwords_json(hotwords: Sequence[Hotword]) -> dict[str, float]:
