@@ -169,14 +169,31 @@ def http_body(server: ServerProcess, path: str) -> str:
     return body
 
 
+async def holding(url: str, worker: int) -> ClientConnection:
+    """A started session on `worker` that holds a slot.
+
+    Connections that `pinned` opened on the other worker and closed hold a slot until
+    their worker notices the close, so under a tight `--max-sessions` the first tries
+    may be refused with `server_full`: try again until one is ready.
+    """
+    for _ in range(50):
+        ws = await pinned(url, worker)
+        with contextlib.suppress(ConnectionClosed):  # a refused one may have closed
+            await ws.send(json.dumps({"type": "start"}))
+        first = json.loads(await ws.recv())
+        if first["type"] == "ready":
+            return ws
+        assert first["code"] == "server_full"
+        await ws.close()
+    raise AssertionError(f"no session started on worker {worker}")
+
+
 def test_max_sessions_counts_every_workers_sessions(tiny_model_dir: Path) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2", "--max-sessions", "1")
     try:
 
         async def scenario() -> list[dict[str, Any]]:
-            held = await pinned(proc.url, 0)
-            await held.send(json.dumps({"type": "start"}))
-            await held.recv()
+            held = await holding(proc.url, 0)
             over = await pinned(proc.url, 1)
             events = await read_all(over)
             await held.close()
