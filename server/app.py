@@ -10,7 +10,7 @@ import secrets
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,9 +21,13 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from engine.client import EngineClient
+from engine.decoding.hotwords import Speller
+from engine.errors import HotwordError
+from engine.model.tokenizer import Tokenizer
 from engine.serving.builder import EngineReport
 from engine.serving.devices import device_index
 from engine.serving.monitor import Monitor, cuda_uuids, load_nvml
+from engine.types import Hotword
 from server.config import ListenConfig, ServerConfig
 from server.engines.attach import is_remote, open_local, open_remote
 from server.engines.url import UnixSockets, parse_engine_url
@@ -123,12 +127,21 @@ def webhook_policy(listen: ListenConfig) -> WebhookPolicy | None:
 
 
 def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
-    return config.session.streaming(
+    """Every session's settings; raises HotwordError when the model cannot write one of
+    the server's own hotwords (the server does not start)."""
+    settings = config.session.streaming(
         config.limits.session_limits(),
         model_name=report.model,
         test_model=report.test_model,
         demo_model=report.demo_model,
     )
+    if not report.tokenizer:  # an engine that does not say: it refuses at the first decode
+        return settings
+    speller = Speller(Tokenizer.from_serialized(report.tokenizer))
+    refused = speller.refusal(settings.hotwords)
+    if refused is not None:
+        raise HotwordError(f"--hotwords-file: {refused}")
+    return replace(settings, hotword_refusal=speller.refusal)
 
 
 def vad_on_thread(
@@ -447,6 +460,13 @@ class App:
             return None
         return text_response(403, "origin not allowed\n")
 
+    def hotword_refusal(self, hotwords: Sequence[Hotword]) -> str | None:
+        """Why the model cannot write some of these hotwords (None: it can, or the model
+        is not loaded yet and its engine will say)."""
+        if self._session_config is None:
+            return None
+        return self._session_config.hotword_refusal(hotwords)
+
     def credential(self, conn: HTTPConnection) -> Tenant | Grant | Refused:
         """Whose key or client secret the client presented (`Credentials.identify`)."""
         return self.credentials.identify(presented_token(conn), time.time())
@@ -698,6 +718,7 @@ class App:
             self.config.listen.twilio_auth_token,
             self.config.listen.audiohook_secret(),
             pins or Pins(),
+            self.hotword_refusal,
         )
 
     def _handshake(self, websocket: WebSocket) -> Handshake:

@@ -6,7 +6,7 @@ The session core takes only these; a protocol adds a codec, never session logic.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.types import (
@@ -181,6 +181,15 @@ def hotwords_from(
     if len(seen) > MAX_HOTWORDS:
         raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(seen)}")
     return tuple(seen.values())
+
+
+#: Why a model cannot write some of these hotwords (None: it can write them all).
+HotwordRefusal = Callable[[Sequence[Hotword]], str | None]
+
+
+def writes_any(_: Sequence[Hotword]) -> str | None:
+    """A model whose vocabulary is not known here: the engine refuses what it cannot write."""
+    return None
 
 
 def merged_hotwords(own: Sequence[Hotword], server: Sequence[Hotword]) -> tuple[Hotword, ...]:

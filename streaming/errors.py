@@ -60,6 +60,13 @@ class StateError(ProtocolError):
     close_code = CLOSE_PROTOCOL_ERROR
 
 
+class UnsupportedHotwordError(InvalidFieldError):
+    """Hotwords the model cannot write (characters outside its vocabulary), refused when
+    the stream starts."""
+
+    code = "unsupported_hotword"
+
+
 class EmptyCommitError(StateError):
     """A commit with no uncommitted audio."""
 

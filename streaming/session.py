@@ -35,12 +35,19 @@ from streaming.commands import (
     Commit,
     Configure,
     Cut,
+    HotwordRefusal,
     Mark,
     Stop,
     StreamOptions,
     merged_hotwords,
+    writes_any,
 )
-from streaming.errors import EmptyCommitError, ProtocolError, StateError
+from streaming.errors import (
+    EmptyCommitError,
+    ProtocolError,
+    StateError,
+    UnsupportedHotwordError,
+)
 from streaming.events import (
     Cleared,
     Configured,
@@ -99,6 +106,9 @@ class SessionConfig:
     pinned: Pins = field(default_factory=Pins)
     # What every stream redacts (`--redact`); a stream may add policies, never remove one.
     redaction: Redaction = field(default_factory=Redaction)
+    # Why the model cannot write some of a stream's hotwords (None: it can write them all);
+    # the server asks the engine's tokenizer. Refused at start, not at the first decode.
+    hotword_refusal: HotwordRefusal = field(default=writes_any)
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -408,6 +418,10 @@ class Session:
         changed = command.audio != self._audio or command.options.turns != self._options.turns
         if flowing and changed:
             raise StateError("the audio format and turn detection are fixed once audio flows")
+        hotwords = self._config.pinned.apply(command).options.hotwords
+        refused = self._config.hotword_refusal(hotwords)
+        if refused is not None:
+            raise UnsupportedHotwordError(refused)
 
     def _configure(self, command: Configure) -> None:
         self.check_configure(command)

@@ -27,6 +27,34 @@ def hotword_text(phrase: str, itn: bool) -> str:
     return text if itn else text.lower()
 
 
+class Speller:
+    """Which hotwords a tokenizer cannot spell, cased (ITN) or lowercased: the model could
+    never emit them. A front end holds one too (`EngineReport.tokenizer`) to refuse them
+    when a stream starts."""
+
+    __slots__ = ("_tokenizer",)
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def unwritable(self, hotwords: Sequence[Hotword]) -> tuple[str, ...]:
+        unknown = self._tokenizer.unknown_id
+        encode = self._tokenizer.encode
+        return tuple(
+            h.phrase
+            for h in hotwords
+            if any(unknown in encode(hotword_text(h.phrase, itn)) for itn in (True, False))
+        )
+
+    def refusal(self, hotwords: Sequence[Hotword]) -> str | None:
+        """Why these hotwords are refused, naming every unwritable one (None: all fit)."""
+        bad = self.unwritable(hotwords)
+        if not bad:
+            return None
+        named = ", ".join(repr(p) for p in bad)
+        return f"the model cannot write these hotwords (characters outside its vocabulary): {named}"
+
+
 class HotwordCompiler:
     """Turns a request's hotwords into a `ContextGraph`; the last `CACHE_SIZE` sets are kept.
 
@@ -35,26 +63,16 @@ class HotwordCompiler:
 
     def __init__(self, tokenizer: Tokenizer, cache_size: int = CACHE_SIZE) -> None:
         self._tokenizer = tokenizer
+        self._speller = Speller(tokenizer)
         self._cache: OrderedDict[tuple[tuple[Hotword, ...], bool], ContextGraph] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
     def check(self, hotwords: Sequence[Hotword]) -> None:
         """Raise HotwordError naming every phrase the model cannot emit."""
-        unknown = self._tokenizer.unknown_id
-        bad = [
-            h.phrase
-            for h in hotwords
-            if any(
-                unknown in self._tokenizer.encode(hotword_text(h.phrase, itn))
-                for itn in (True, False)
-            )
-        ]
-        if bad:
-            raise HotwordError(
-                f"the model cannot write these hotwords (characters outside its vocabulary): "
-                f"{', '.join(repr(p) for p in bad)}"
-            )
+        why = self._speller.refusal(hotwords)
+        if why is not None:
+            raise HotwordError(why)
 
     def graph(self, hotwords: tuple[Hotword, ...], itn: bool) -> ContextGraph:
         """The context graph of these hotwords as written under `itn`, compiled once."""

@@ -48,6 +48,10 @@ class Tokenizer:
             ) from exc
         return cls(processor)
 
+    def serialized(self) -> bytes:
+        """The sentencepiece model as bytes (`from_serialized` loads them back)."""
+        return bytes(self._sp.serialized_model_proto())
+
     @property
     def vocab_size(self) -> int:
         """Number of pieces, which is also the CTC output width."""

@@ -141,6 +141,9 @@ class EngineReport:
     devices: tuple[DeviceReport, ...] = ()
     feature_threads: int = 1
     demo_model: bool = False  # the demo model trained on synthetic speech
+    # The model's sentencepiece model: front ends refuse hotwords it cannot spell when a
+    # stream starts, not at its first decode (not in /stats).
+    tokenizer: bytes = field(default=b"", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -242,6 +245,7 @@ def build_engine_parts(
         cost_scale=cost.scale,
         devices=tuple(_device_report(d) for d in devices),
         feature_threads=feature_threads(config, os.cpu_count() or 1),
+        tokenizer=first.recognizer.tokenizer.serialized(),
     )
     return EngineParts(tuple(d.recognizer for d in devices), scheduler, report)
 

@@ -34,6 +34,7 @@ from streaming.commands import (
     hotwords_from,
     prompt_keywords,
 )
+from streaming.errors import UnsupportedHotwordError
 from streaming.events import Ended, Failed, Final
 from streaming.protocols.openai.files import FileApiError, TranscriptionJob
 from streaming.session import Session, SessionConfig
@@ -184,7 +185,12 @@ class FileJob:
             prompt=job.prompt,
             hotwords=hotwords_from(prompt_keywords(job.prompt)),
         )
-        feeder = asyncio.create_task(self._feed(options))
+        fmt = AudioFormat("pcm_f32le", SAMPLE_RATE, 1)
+        try:
+            self.session.handle(Configure(fmt, options), asyncio.get_running_loop().time())
+        except UnsupportedHotwordError as exc:  # the prompt's phrases: the client's
+            raise FileApiError(400, exc.message, "prompt", exc.code) from exc
+        feeder = asyncio.create_task(self._feed())
         collector = asyncio.create_task(self._collect())
         self._tasks = [feeder, collector]
         try:
@@ -193,7 +199,8 @@ class FileJob:
                 if isinstance(event, Ended):
                     return
                 if isinstance(event, Failed):
-                    if event.code == HotwordError.code:  # the prompt's phrases: the client's
+                    # The prompt's phrases, where the engine refuses them (not at start).
+                    if event.code == HotwordError.code:
                         raise FileApiError(400, event.message, "prompt", event.code)
                     message = f"part of the audio could not be decoded: {event.message}"
                     raise FileApiError(500, message, code=event.code)
@@ -214,11 +221,8 @@ class FileJob:
         feeder.result()  # raises the feeder's error, if any
         return await self._out.get()
 
-    async def _feed(self, options: StreamOptions) -> None:
+    async def _feed(self) -> None:
         loop = asyncio.get_running_loop()
-        fmt = AudioFormat("pcm_f32le", SAMPLE_RATE, 1)
-        async with self._lock:
-            self.session.handle(Configure(fmt, options), loop.time())
         while True:
             await self._room.wait()
             chunk = await asyncio.to_thread(self.audio.read)

@@ -11,16 +11,19 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
+from engine.types import Hotword
 from server.config import ServerConfig
 from server.http.client_secrets import MAX_TOKEN_CHARS, Grant, mint_token
 from server.http.credentials import Credentials, Refused
 from server.http.responses import json_response
 from server.http.tenants import Tenant
+from streaming.errors import UnsupportedHotwordError
 from streaming.protocols.openai.client_secrets import (
     SecretRequest,
     parse_secret_request,
@@ -44,6 +47,7 @@ class SecretHost(Protocol):
     def credentials(self) -> Credentials: ...
     def origin_refusal(self, conn: HTTPConnection) -> Response | None: ...
     def credential(self, conn: HTTPConnection) -> Tenant | Grant | Refused: ...
+    def hotword_refusal(self, hotwords: Sequence[Hotword]) -> str | None: ...
 
 
 def openai_error(error: FileApiError) -> Response:
@@ -63,6 +67,9 @@ class ClientSecretApi:
             asked = parse_secret_request(
                 await json_body(request), self.app.config.limits.token_max_sessions
             )
+            refused = self.app.hotword_refusal(asked.pins.hotwords or ())
+            if refused is not None:  # every session of the token would be refused
+                raise FileApiError(400, refused, "session", UnsupportedHotwordError.code)
             return self._minted(minter, asked)
         except RealtimeFieldError as exc:
             return openai_error(FileApiError(400, exc.message, exc.param, exc.openai_code))

@@ -46,7 +46,12 @@ def _funasr(handshake: Handshake, settings: CodecSettings) -> Codec:
 
 
 def _openai(handshake: Handshake, settings: CodecSettings) -> Codec:
-    return OpenAIRealtimeCodec(handshake, settings.limits, pinned=settings.pinned)
+    return OpenAIRealtimeCodec(
+        handshake,
+        settings.limits,
+        pinned=settings.pinned,
+        hotword_refusal=settings.hotword_refusal,
+    )
 
 
 def websocket_routes() -> dict[str, WebSocketRoute]:

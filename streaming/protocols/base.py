@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from streaming.commands import Command
+from streaming.commands import Command, HotwordRefusal, writes_any
 from streaming.errors import ProtocolError
 from streaming.events import SessionEvent
 from streaming.limits import SessionLimits
@@ -53,6 +53,9 @@ class CodecSettings:
     twilio_auth_token: str | None = None
     audiohook_client_secret: bytes | None = None
     pinned: Pins = field(default_factory=Pins)
+    # Why the model cannot write some hotwords: a codec that reports its settings back
+    # (OpenAI's) refuses an update with them before taking it; the core refuses for all.
+    hotword_refusal: HotwordRefusal = writes_any
 
 
 class Codec(Protocol):

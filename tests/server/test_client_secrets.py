@@ -180,6 +180,11 @@ def test_a_token_cannot_mint(server: ServerProcess) -> None:
         ({"expires_after": {"seconds": 5}}, {}, 400, "invalid_value", "expires_after.seconds"),
         ({"session": {"type": "chat"}}, {}, 400, "invalid_value", "session.type"),
         ({"max_sessions": 6}, {}, 400, "invalid_value", "max_sessions"),
+        # Pinned keywords the model cannot write: every session of the token would fail.
+        (
+            {"session": transcription(transcription={"keywords": ["\u2603 snowman"]})},
+            {}, 400, "unsupported_hotword", "session",
+        ),
     ],
 )
 def test_a_mint_is_refused_with_openais_error_object(

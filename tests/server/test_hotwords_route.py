@@ -1,7 +1,8 @@
 """Each protocol's hotword field reaches the decoder: a real server with the demo model.
 
-A phrase the demo model cannot write (characters outside its vocabulary) is refused by the
-engine's decoder, by name, through every protocol's own error form; phrases it can write
+A phrase the demo model cannot write (characters outside its vocabulary) is refused by name
+when the stream starts, before any audio, through every protocol's own error form (the
+server checks with the model's tokenizer, which the engine reports); phrases it can write
 decode as before, and v1's `ready` echoes them.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 from collections.abc import Iterator
@@ -57,11 +59,25 @@ async def v1(server: ServerProcess, audio: np.ndarray, hotwords: Any) -> list[di
     return list(outcome.events)
 
 
+async def opening_only(url: str, first: dict[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
+    """Send the opening message and no audio: what comes back, and the close code (a
+    stream that is not refused waits for audio, and this times out)."""
+    async with asyncio.timeout(10), websockets.connect(url) as ws:
+        await ws.send(json.dumps(first))
+        seen = []
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for message in ws:
+                seen.append(json.loads(message))
+        return seen, ws.close_code
+
+
 def test_v1_hotwords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
-    refused = asyncio.run(v1(server, speech, [UNWRITABLE, "appointment"]))
-    errors = [e for e in refused if e["type"] == "error"]
-    assert errors and {e["code"] for e in errors} == {"unsupported_hotword"}
-    assert UNWRITABLE in errors[0]["message"] and "appointment" not in errors[0]["message"]
+    start = {"type": "start", "language": "en", "hotwords": [UNWRITABLE, "appointment"]}
+    refused, close_code = asyncio.run(opening_only(f"ws://{host(server)}/ws", start))
+    assert [e["type"] for e in refused] == ["error", "end"]
+    assert refused[0]["code"] == "unsupported_hotword"
+    assert UNWRITABLE in refused[0]["message"] and "appointment" not in refused[0]["message"]
+    assert close_code == 1008
     taken = asyncio.run(v1(server, speech, {"appointment": 3}))
     (ready,) = [e for e in taken if e["type"] == "ready"]
     assert ready["config"]["hotwords"] == {"appointment": 3.0}
@@ -79,9 +95,11 @@ async def funasr(server: ServerProcess, audio: np.ndarray, hotwords: str) -> lis
 
 
 def test_funasr_hotwords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
-    refused = asyncio.run(funasr(server, speech, json.dumps({UNWRITABLE: 20})))
-    codes = [m["error"]["code"] for m in refused if isinstance(m.get("error"), dict)]
-    assert codes and set(codes) == {"unsupported_hotword"}
+    start = {"mode": "offline", "wav_name": "call", "hotwords": json.dumps({UNWRITABLE: 20})}
+    refused, _ = asyncio.run(opening_only(f"ws://{host(server)}/funasr", start))
+    errors = [m["error"] for m in refused if isinstance(m.get("error"), dict)]
+    assert [e["code"] for e in errors] == ["unsupported_hotword"]
+    assert UNWRITABLE in errors[0]["message"] and refused[-1]["is_end"]
     taken = asyncio.run(funasr(server, speech, json.dumps({"appointment": 20})))
     assert not [m for m in taken if m.get("error")]
     assert [m["text"] for m in taken if m["text"]] == [WRITTEN]
@@ -115,9 +133,52 @@ async def realtime(server: ServerProcess, audio: np.ndarray, keywords: list[str]
     raise AssertionError("the session ended without an answer")
 
 
+async def updated_after_a_refusal(server: ServerProcess, audio: np.ndarray) -> list[Any]:
+    """A refused update, then one the model can write, then audio: what the server says."""
+    client = AsyncOpenAI(
+        api_key="EMPTY",
+        base_url=f"http://{host(server)}/v1",
+        websocket_base_url=f"ws://{host(server)}/v1",
+        max_retries=0,
+    )
+    pcm = pcm16(soxr.resample(audio, 16000, 24000))
+    seen: list[Any] = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        for words in ([UNWRITABLE], ["appointment"]):
+            transcription = {"language": "en", "keywords": words}
+            audio_input = {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "transcription": transcription,
+                "turn_detection": None,
+            }
+            session: Any = {"type": "transcription", "audio": {"input": audio_input}}
+            await conn.session.update(session=session)
+        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm).decode())
+        await conn.input_audio_buffer.commit()
+        async for event in conn:
+            seen.append(event)
+            if event.type in (FAILED, COMPLETED):
+                return seen
+    raise AssertionError("the session ended without an answer")
+
+
+def test_a_refused_realtime_update_changes_nothing(
+    server: ServerProcess, speech: np.ndarray
+) -> None:
+    seen = asyncio.run(updated_after_a_refusal(server, speech))
+    (error,) = [e.error for e in seen if e.type == "error"]
+    assert error.code == "unsupported_hotword" and UNWRITABLE in error.message
+    assert error.param == "session.audio.input.transcription.keywords"
+    # The session reports the update it took, not the refused one.
+    updated = [e.session for e in seen if e.type == "session.updated"]
+    assert [u.audio.input.transcription.keywords for u in updated[-1:]] == [["appointment"]]
+    assert seen[-1].type == COMPLETED and seen[-1].transcript == WRITTEN
+
+
 def test_openai_keywords_reach_the_decoder(server: ServerProcess, speech: np.ndarray) -> None:
+    # Refused as the session is updated, before its audio is transcribed.
     refused = asyncio.run(realtime(server, speech, [UNWRITABLE]))
-    assert refused.type == FAILED and refused.error.code == "unsupported_hotword"
+    assert refused.type == "error" and refused.error.code == "unsupported_hotword"
     assert UNWRITABLE in refused.error.message
     taken = asyncio.run(realtime(server, speech, ["appointment"]))
     assert taken.type == COMPLETED and taken.transcript == WRITTEN
@@ -143,3 +204,16 @@ def test_a_file_api_prompt_that_lists_phrases_reaches_the_decoder(
     # Free text is no hotword list: not refused, not used.
     assert asyncio.run(file_api(server, speech, f"A call in {UNWRITABLE}.")).text == WRITTEN
     assert asyncio.run(file_api(server, speech, "appointment, Acme")).text == WRITTEN
+
+
+def test_workers_refuse_unwritable_hotwords_at_start_too(demo_model: Path) -> None:
+    # Each worker checks with the tokenizer its engine process reported (no decode needed).
+    proc = ServerProcess(demo_model, "--workers", "2")
+    try:
+        start = {"type": "start", "hotwords": [UNWRITABLE]}
+        answers = [asyncio.run(opening_only(proc.url, start)) for _ in range(4)]
+    finally:
+        proc.stop()
+    for refused, close_code in answers:
+        assert [e["type"] for e in refused] == ["error", "end"] and close_code == 1008
+        assert refused[0]["code"] == "unsupported_hotword" and UNWRITABLE in refused[0]["message"]

@@ -5,13 +5,26 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
-from engine.types import MAX_HOTWORDS, Hotword, InferenceRequest, InferenceResult, RequestKind
+from engine.types import (
+    DEFAULT_HOTWORD_BOOST,
+    MAX_HOTWORDS,
+    Hotword,
+    InferenceRequest,
+    InferenceResult,
+    RequestKind,
+)
 from streaming.commands import Audio, Configure, Cut, Stop, merged_hotwords
-from streaming.errors import InvalidAudioError, StateError, UnknownMessageTypeError
+from streaming.errors import (
+    InvalidAudioError,
+    StateError,
+    UnknownMessageTypeError,
+    UnsupportedHotwordError,
+)
 from streaming.events import (
     Configured,
     Ended,
@@ -25,6 +38,7 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.partials.policy import PartialPolicy
+from streaming.pins import Pins
 from streaming.protocols.v1.codec import V1Codec, dump_event, ready_config
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
@@ -466,3 +480,29 @@ def test_the_servers_hotwords_apply_without_a_start_and_ready_reports_them() -> 
         collect_requests(make_session(hotwords=server), to_s16le(audio), 1600)
     )
     assert [r.options.hotwords for r in requests] == [server]
+
+
+def ascii_only(hotwords: Sequence[Hotword]) -> str | None:
+    """A model that writes ASCII only: a small real refusal, as the server's tokenizer gives."""
+    bad = [h.phrase for h in hotwords if not h.phrase.isascii()]
+    return f"cannot write {bad}" if bad else None
+
+
+def test_hotwords_the_model_cannot_write_are_refused_at_start() -> None:
+    session = make_session(hotword_refusal=ascii_only)
+    start = '{"type":"start","hotwords":["Zed","Zo\u00eb"]}'
+    with pytest.raises(UnsupportedHotwordError, match="Zo\u00eb") as info:
+        session.receive_text(start, now=0.0)
+    assert info.value.code == "unsupported_hotword" and "Zed" not in info.value.message
+    assert session.events_to_send() == []  # no `ready`: nothing was configured
+    session = make_session(hotword_refusal=ascii_only)
+    session.receive_text('{"type":"start","hotwords":["Zed"]}', now=0.0)
+    (ready,) = [e for e in wire(session.events_to_send()) if e["type"] == "ready"]
+    assert ready["config"]["hotwords"] == {"Zed": DEFAULT_HOTWORD_BOOST}
+
+
+def test_a_client_secrets_pinned_hotwords_are_checked_in_the_clients_place() -> None:
+    pins = Pins(hotwords=(Hotword("Zo\u00eb"),))
+    session = make_session(hotword_refusal=ascii_only, pinned=pins)
+    with pytest.raises(UnsupportedHotwordError, match="Zo\u00eb"):
+        session.receive_text('{"type":"start","hotwords":["Zed"]}', now=0.0)

@@ -21,7 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.commands import Audio, Clear, Command, Commit
+from streaming.commands import (
+    Audio,
+    Clear,
+    Command,
+    Commit,
+    HotwordRefusal,
+    hotwords_from,
+    writes_any,
+)
 from streaming.errors import (
     EmptyCommitError,
     FrameTooLargeError,
@@ -32,6 +40,7 @@ from streaming.errors import (
     ServerFullError,
     SessionLimitError,
     UnknownMessageTypeError,
+    UnsupportedHotwordError,
 )
 from streaming.events import (
     Cleared,
@@ -132,8 +141,10 @@ class OpenAIRealtimeCodec:
         limits: SessionLimits,
         ids: str | None = None,
         pinned: Pins | None = None,
+        hotword_refusal: HotwordRefusal = writes_any,
     ) -> None:
         self._limits = limits
+        self._hotword_refusal = hotword_refusal
         self._dialect = dialect_of(handshake)
         # A client secret's session is where this session starts, and what it fixes stays.
         self._pinned = pinned or Pins()
@@ -210,6 +221,7 @@ class OpenAIRealtimeCodec:
         self._check_pinned(new, dialect)
         new = pinned_settings(new, self._pinned)
         self._check_locked(new, dialect)
+        self._check_writable(new, dialect)
         self._settings = new
         self._updates.append((dialect, new))
         return (new.command(),)
@@ -223,6 +235,18 @@ class OpenAIRealtimeCodec:
             ga = dialect is Dialect.GA
             param = "session.audio.input.format" if ga else "session.input_audio_format"
             raise RealtimeFieldError(exc.message, param) from exc
+
+    def _check_writable(self, new: RealtimeSettings, dialect: Dialect) -> None:
+        """The core refuses hotwords the model cannot write; refusing them here names the
+        field and leaves this codec's settings (and the updates it reports) as they were."""
+        refused = self._hotword_refusal(new.command().options.hotwords)
+        if refused is None:
+            return
+        ga = dialect is Dialect.GA
+        param = "session.audio.input.transcription" if ga else "session.input_audio_transcription"
+        in_keywords = self._hotword_refusal(hotwords_from(new.transcription.keywords))
+        field = "prompt" if in_keywords is None else "keywords"
+        raise RealtimeFieldError(refused, f"{param}.{field}", UnsupportedHotwordError.code)
 
     def _check_locked(self, new: RealtimeSettings, dialect: Dialect) -> None:
         """The core fixes these once audio flows; saying so here names the field."""

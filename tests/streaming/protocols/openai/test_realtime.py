@@ -365,6 +365,33 @@ def test_bad_updates_are_reported_with_openai_codes_and_not_applied(
     assert after == before
 
 
+def ascii_only(hotwords: Sequence[Hotword]) -> str | None:
+    """A model that writes ASCII only (the server asks the model's tokenizer)."""
+    bad = [h.phrase for h in hotwords if not h.phrase.isascii()]
+    return f"cannot write {bad}" if bad else None
+
+
+@pytest.mark.parametrize(
+    ("message", "param"),
+    [
+        (ga_update({"transcription": {"keywords": ["Acme", "Zo\u00eb"]}}), f"{TR}.keywords"),
+        (ga_update({"transcription": {"keywords": ["A"], "prompt": "Zo\u00eb"}}), f"{TR}.prompt"),
+        (beta_update(input_audio_transcription={"prompt": "Acme, Zo\u00eb"}), f"{BTR}.prompt"),
+    ],
+)  # fmt: skip
+def test_hotwords_the_model_cannot_write_are_refused_and_not_applied(
+    message: str, param: str
+) -> None:
+    handshake = Handshake({}, BETA if "transcription_session" in message else {})
+    c = OpenAIRealtimeCodec(handshake, SessionLimits(), ids="t", hotword_refusal=ascii_only)
+    (before,) = c.opening()
+    exc, error = rejected(c, message)
+    assert not c.is_fatal(exc) and "Zo\u00eb" in error["message"]
+    assert (error["code"], error["param"]) == ("unsupported_hotword", param)
+    (after,) = c.decode(ga_update() if not handshake.headers else beta_update())
+    assert after == before
+
+
 # ---- audio, commit, clear ---------------------------------------------------------------
 
 
