@@ -105,36 +105,11 @@ def test_funasr_hotwords_reach_the_decoder(server: ServerProcess, speech: np.nda
     assert [m["text"] for m in taken if m["text"]] == [WRITTEN]
 
 
-async def realtime(server: ServerProcess, audio: np.ndarray, keywords: list[str]) -> Any:
-    client = AsyncOpenAI(
-        api_key="EMPTY",
-        base_url=f"http://{host(server)}/v1",
-        websocket_base_url=f"ws://{host(server)}/v1",
-        max_retries=0,
-    )
-    pcm = pcm16(soxr.resample(audio, 16000, 24000))
-    session: Any = {
-        "type": "transcription",
-        "audio": {
-            "input": {
-                "format": {"type": "audio/pcm", "rate": 24000},
-                "transcription": {"language": "en", "keywords": keywords},
-                "turn_detection": None,
-            }
-        },
-    }
-    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
-        await conn.session.update(session=session)
-        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm).decode())
-        await conn.input_audio_buffer.commit()
-        async for event in conn:
-            if event.type in (FAILED, COMPLETED, "error"):
-                return event
-    raise AssertionError("the session ended without an answer")
-
-
-async def updated_after_a_refusal(server: ServerProcess, audio: np.ndarray) -> list[Any]:
-    """A refused update, then one the model can write, then audio: what the server says."""
+async def realtime_events(
+    server: ServerProcess, audio: np.ndarray, *updates: list[str]
+) -> list[Any]:
+    """A session updated with each keyword list in turn, then sent `audio` and committed:
+    the server's events up to the transcription's outcome."""
     client = AsyncOpenAI(
         api_key="EMPTY",
         base_url=f"http://{host(server)}/v1",
@@ -144,11 +119,10 @@ async def updated_after_a_refusal(server: ServerProcess, audio: np.ndarray) -> l
     pcm = pcm16(soxr.resample(audio, 16000, 24000))
     seen: list[Any] = []
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
-        for words in ([UNWRITABLE], ["appointment"]):
-            transcription = {"language": "en", "keywords": words}
+        for keywords in updates:
             audio_input = {
                 "format": {"type": "audio/pcm", "rate": 24000},
-                "transcription": transcription,
+                "transcription": {"language": "en", "keywords": keywords},
                 "turn_detection": None,
             }
             session: Any = {"type": "transcription", "audio": {"input": audio_input}}
@@ -162,10 +136,16 @@ async def updated_after_a_refusal(server: ServerProcess, audio: np.ndarray) -> l
     raise AssertionError("the session ended without an answer")
 
 
+async def realtime(server: ServerProcess, audio: np.ndarray, keywords: list[str]) -> Any:
+    """The first error or transcription outcome of a session with these keywords."""
+    seen = await realtime_events(server, audio, keywords)
+    return next(e for e in seen if e.type in (FAILED, COMPLETED, "error"))
+
+
 def test_a_refused_realtime_update_changes_nothing(
     server: ServerProcess, speech: np.ndarray
 ) -> None:
-    seen = asyncio.run(updated_after_a_refusal(server, speech))
+    seen = asyncio.run(realtime_events(server, speech, [UNWRITABLE], ["appointment"]))
     (error,) = [e.error for e in seen if e.type == "error"]
     assert error.code == "unsupported_hotword" and UNWRITABLE in error.message
     assert error.param == "session.audio.input.transcription.keywords"
