@@ -8,6 +8,7 @@ vocabulary cannot spell is refused: the model could never emit it.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,10 +33,12 @@ class Speller:
     never emit them. A front end holds one too (`EngineReport.tokenizer`) to refuse them
     when a stream starts."""
 
-    __slots__ = ("_tokenizer",)
+    __slots__ = ("_refusals", "_tokenizer")
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tokenizer = tokenizer
+        # A thousand long phrases take about 10 ms to split; streams mostly share a few sets.
+        self._refusals = functools.lru_cache(maxsize=CACHE_SIZE)(self._refusal)
 
     def unwritable(self, hotwords: Sequence[Hotword]) -> tuple[str, ...]:
         unknown = self._tokenizer.unknown_id
@@ -48,6 +51,9 @@ class Speller:
 
     def refusal(self, hotwords: Sequence[Hotword]) -> str | None:
         """Why these hotwords are refused, naming every unwritable one (None: all fit)."""
+        return self._refusals(tuple(hotwords))
+
+    def _refusal(self, hotwords: tuple[Hotword, ...]) -> str | None:
         bad = self.unwritable(hotwords)
         if not bad:
             return None

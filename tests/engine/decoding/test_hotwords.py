@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.decoding.context_graph import ROOT
-from engine.decoding.hotwords import HotwordCompiler, hotword_text
+from engine.decoding.hotwords import HotwordCompiler, Speller, hotword_text
 from engine.errors import HotwordError
 from engine.model.directory import load_model_dir
 from engine.model.tokenizer import Tokenizer
@@ -50,6 +50,20 @@ def test_a_phrase_the_vocabulary_cannot_spell_is_refused_by_name(tokenizer: Toke
         compiler.graph((Hotword("hello"), Hotword("\u2603 snowman")), True)
     assert info.value.code == "unsupported_hotword" and "hello'" not in str(info.value)
     compiler.check((Hotword("hello world"),))
+
+
+def test_a_front_end_refuses_what_the_engine_refuses_from_the_reported_tokenizer(
+    tokenizer: Tokenizer,
+) -> None:
+    # A front end holds only the serialized model the engine reported (EngineReport).
+    speller = Speller(Tokenizer.from_serialized(tokenizer.serialized()))
+    hotwords = [Hotword("hello"), Hotword("\u2603 snowman"), Hotword("Zo\u00eb")]
+    engine_says = HotwordCompiler(tokenizer)
+    with pytest.raises(HotwordError) as info:
+        engine_says.check(hotwords)
+    assert speller.unwritable(hotwords) == ("\u2603 snowman", "Zo\u00eb")
+    assert speller.refusal(hotwords) == str(info.value)
+    assert speller.refusal([Hotword("hello world")]) is None
 
 
 def test_a_phrase_set_is_compiled_once_and_the_oldest_set_goes_first(
