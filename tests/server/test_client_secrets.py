@@ -183,7 +183,10 @@ def test_a_token_cannot_mint(server: ServerProcess) -> None:
         # Pinned keywords the model cannot write: every session of the token would fail.
         (
             {"session": transcription(transcription={"keywords": ["\u2603 snowman"]})},
-            {}, 400, "unsupported_hotword", "session",
+            {},
+            400,
+            "unsupported_hotword",
+            "session",
         ),
     ],
 )
