@@ -38,7 +38,7 @@ CARD_WORDS = re.compile(
 SSN_WORDS = re.compile(r"\b(?:social security|ssn|social)\b", re.IGNORECASE)
 PHONE_WORDS = re.compile(r"\b(?:phone|call|mobile|cell|telephone|reach me)\b", re.I)
 #: What a run of digits is said of, by the words before it.
-TOPICS = (("card", CARD_WORDS), ("ssn", SSN_WORDS), ("phone", PHONE_WORDS))
+TOPICS = {"card": CARD_WORDS, "ssn": SSN_WORDS, "phone": PHONE_WORDS}
 #: Digits an SSN (9) read aloud may be written with.
 SSN_DIGITS = range(8, 11)
 EXPIRY = re.compile(r"\b(?:0?[1-9]|1[0-2])\s?/\s?(?:\d{2}|20\d{2})\b")
@@ -148,7 +148,9 @@ def _phones(text: str, context: str) -> Iterator[Found]:
 def _topic(text: str, before: int) -> str | None:
     """Which of a card, a social security number or a phone was named last before
     character `before` of `text`, if any."""
-    named = [(m.end(), kind) for kind, words in TOPICS for m in words.finditer(text, 0, before)]
+    named = [
+        (m.end(), kind) for kind, words in TOPICS.items() for m in words.finditer(text, 0, before)
+    ]
     return max(named)[1] if named else None
 
 
@@ -158,7 +160,7 @@ def _said_of(kind: str, text: str, start: int, context: str) -> bool:
     topic = _topic(text, start)
     if topic is not None:
         return topic == kind
-    return _talked_about(dict(TOPICS)[kind], text, context)
+    return _talked_about(TOPICS[kind], text, context)
 
 
 def _talked_about(words: re.Pattern[str], text: str, context: str) -> bool:

@@ -26,6 +26,7 @@ from streaming.commands import (
     Clear,
     Command,
     Commit,
+    Configure,
     HotwordRefusal,
     hotwords_from,
     writes_any,
@@ -221,10 +222,11 @@ class OpenAIRealtimeCodec:
         self._check_pinned(new, dialect)
         new = pinned_settings(new, self._pinned)
         self._check_locked(new, dialect)
-        self._check_writable(new, dialect)
+        command = new.command()
+        self._check_writable(new, command, dialect)
         self._settings = new
         self._updates.append((dialect, new))
-        return (new.command(),)
+        return (command,)
 
     def _check_pinned(self, new: RealtimeSettings, dialect: Dialect) -> None:
         """The core refuses another format than the client secret's; saying so here names
@@ -236,10 +238,10 @@ class OpenAIRealtimeCodec:
             param = "session.audio.input.format" if ga else "session.input_audio_format"
             raise RealtimeFieldError(exc.message, param) from exc
 
-    def _check_writable(self, new: RealtimeSettings, dialect: Dialect) -> None:
+    def _check_writable(self, new: RealtimeSettings, command: Configure, dialect: Dialect) -> None:
         """The core refuses hotwords the model cannot write; refusing them here names the
         field and leaves this codec's settings (and the updates it reports) as they were."""
-        refused = self._hotword_refusal(new.command().options.hotwords)
+        refused = self._hotword_refusal(command.options.hotwords)
         if refused is None:
             return
         ga = dialect is Dialect.GA
