@@ -18,7 +18,8 @@ from engine.types import InferenceRequest, InferenceResult
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Mark
 from streaming.errors import InvalidFieldError, ProtocolError, StateError
-from streaming.events import Configured, Ended, ErrorEvent, Marked, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, Final, Marked, SessionEvent
+from streaming.redaction.stream import SpokenContext
 from streaming.session import Session, SessionConfig
 from streaming.vad.types import VadModel
 
@@ -63,8 +64,11 @@ class ChannelGroup:
         self.labels = tuple(labels)
         # Channels judge their speech inline: a deferred VAD is a single stream's for now.
         inline = replace(config, defer_vad=False)
+        # One call's channels redact with one memory of what was said: the agent asks
+        # for the security code on one channel, the customer answers on the other.
+        spoken = SpokenContext()
         self.channels = tuple(
-            Session(channel_session_id(session_id, c), inline, vad_model)
+            Session(channel_session_id(session_id, c), inline, vad_model, spoken)
             for c in range(len(labels))
         )
         self._by_id = {s.session_id: c for c, s in enumerate(self.channels)}
@@ -129,6 +133,14 @@ class ChannelGroup:
     def events_to_send(self) -> list[SessionEvent]:
         events, self._events = self._events, []
         return events
+
+    def release_held(self) -> list[Final]:
+        """Each channel's held finals, tagged with their channel."""
+        return [
+            replace(event, channel=c)
+            for c, session in enumerate(self.channels)
+            for event in session.release_held()
+        ]
 
     def requests_to_submit(self) -> list[InferenceRequest]:
         return [r for session in self.channels for r in session.requests_to_submit()]

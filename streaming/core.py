@@ -13,7 +13,7 @@ from engine.types import InferenceRequest, InferenceResult
 from streaming.channels import ChannelGroup
 from streaming.commands import Command, Configure
 from streaming.errors import ProtocolError
-from streaming.events import SessionEvent
+from streaming.events import Final, SessionEvent
 from streaming.session import Session, SessionConfig
 from streaming.vad.jobs import VadJob, VadStep
 from streaming.vad.types import VadModel
@@ -38,6 +38,8 @@ class StreamSession(Protocol):
     def reject(self, error: ProtocolError) -> None: ...
 
     def events_to_send(self) -> list[SessionEvent]: ...
+
+    def release_held(self) -> list[Final]: ...
 
     def requests_to_submit(self) -> list[InferenceRequest]: ...
 
@@ -107,6 +109,10 @@ class SessionCore:
 
     def events_to_send(self) -> list[SessionEvent]:
         return [] if self._core is None else self._core.events_to_send()
+
+    def release_held(self) -> list[Final]:
+        """The finals redaction holds, out now (the client went away mid-stream)."""
+        return [] if self._core is None else self._core.release_held()
 
     def requests_to_submit(self) -> list[InferenceRequest]:
         return [] if self._core is None else self._core.requests_to_submit()

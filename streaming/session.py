@@ -68,6 +68,7 @@ from streaming.partials.window import PartialWindow
 from streaming.pins import Pins
 from streaming.redaction.events import EventRedactor
 from streaming.redaction.policies import Redaction
+from streaming.redaction.stream import SpokenContext
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
 from streaming.vad.jobs import VadJob, VadStep
 from streaming.vad.types import VadConfig, VadEvent, VadModel
@@ -172,7 +173,13 @@ class _Utterance:
 class Session:
     """One client's stream: audio decoding, buffering, VAD, utterances and results."""
 
-    def __init__(self, session_id: str, config: SessionConfig, vad_model: VadModel) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        config: SessionConfig,
+        vad_model: VadModel,
+        spoken: SpokenContext | None = None,
+    ) -> None:
         self.session_id = session_id
         self._config = config
         self._vad_model = vad_model
@@ -202,6 +209,8 @@ class Session:
         self._held: deque[np.ndarray] = deque()
         # Redacts the finals and partials before they leave (None: nothing to redact).
         self._redactor: EventRedactor | None = None
+        # What was said last, read by redaction: the stream's, shared by its channels.
+        self._spoken = spoken if spoken is not None else SpokenContext()
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -774,11 +783,19 @@ class Session:
             return
         if current is not None:
             self._events.extend(current.release())
-        self._redactor = EventRedactor(redaction) if redaction else None
+        self._redactor = EventRedactor(redaction, self._spoken) if redaction else None
+
+    def release_held(self) -> list[Final]:
+        """The finals redaction holds, out now: the client went away mid-stream, and its
+        followers and webhooks are still owed what was said."""
+        return [] if self._redactor is None else list(self._redactor.release())
 
     def _release_due(self, now: float) -> None:
         if self._redactor is not None:
-            self._events.extend(self._redactor.due(now))
+            # The speaker may be saying the held card's next part: an open utterance, or
+            # one whose final is on its way.
+            busy = self._segmenter.open_utt_id is not None or bool(self._owed)
+            self._events.extend(self._redactor.due(now, busy))
 
     def _decode_options(self) -> DecodeOptions:
         options = self._options

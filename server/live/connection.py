@@ -138,6 +138,8 @@ class Connection:
             # stream listed or its engine sessions open.
             self._cancel_engine_sessions()
             if self._publisher is not None:
+                if not self._ended.is_set():
+                    self._publish_held()
                 self._publisher.close(None if self._ended.is_set() else self._lost)
             try:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -356,6 +358,20 @@ class Connection:
         if not self._configured:
             limit = f"no start within {self._start_deadline_s:g} s of connecting"
             self._step(partial(self._fail, SessionLimitError(limit)))
+
+    def _publish_held(self) -> None:
+        """A stream that ends without `Ended`: what redaction held (a final that may have
+        begun a card) still reaches its followers and webhook, redacted, before `lost`."""
+        publisher = self._publisher
+        if publisher is None:
+            return
+        try:
+            held = self.session.release_held()
+        except Exception as exc:  # noqa: BLE001 - a session that crashed: its lost event goes on
+            log.error("session %s: held finals not released: %s", self.session.session_id, exc)
+            return
+        for event in held:
+            publisher.event(event)
 
     def _publish(self, event: SessionEvent) -> None:
         """Followers get every event the client gets; a taken stream id ends the session."""

@@ -2,7 +2,8 @@
 
 SenseVoice's inverse text normalisation writes numbers as digits ("4111 1111 1111 1111",
 "$42.50", "3:30 PM"), which is what makes rules reliable here. A run of digits is a
-sequence of digit groups joined by single spaces, hyphens or dots ("4111-1111 1111"). The
+sequence of digit groups joined by single spaces, hyphens or dots ("4111-1111 1111"), or,
+between groups of three or more, by ", " or a double space ("4111, 1111"). The
 rules, by policy:
 
 - `pci`: a run of 13 to 19 digits that passes the Luhn check; and, where the card is being
@@ -28,8 +29,10 @@ from dataclasses import dataclass
 
 from streaming.redaction.policies import PRIORITY, Policy
 
-#: Digit groups joined by one separator: a number as ITN writes it, read in groups.
-DIGIT_RUN = re.compile(r"\+?\d+(?:[ .-]\d+)*")
+#: Digit groups joined by one separator: a number as ITN writes it, read in groups. ITN
+#: also writes a pause between groups of three or more as ", " or a double space
+#: ("4111, 1111"); a bare comma stays a thousands separator ("1,234" is two runs).
+DIGIT_RUN = re.compile(r"\+?\d+(?:[ .-]\d+|(?<=\d{3})(?:, +| {2,})\d{3,})*")
 CARD_WORDS = re.compile(
     r"\b(?:card|credit|debit|visa|mastercard|master card|amex|american express|discover|"
     r"cvv|cvc|cv2|security code|expir\w*|exp|valid thru)\b",

@@ -3,8 +3,11 @@ partials, and the `redactions` each final reports.
 
 Everything else a stream sends (webhooks, followers, every protocol's events, the file
 API's formats) is made from these events, so redacting them here redacts it everywhere.
-Time comes in with the session's inputs (`now`), as the session's own does: a held final
-is released by the first input after `HOLD_S`, by the next final, or by the stream's end.
+Time comes in with the session's inputs (`now`), as the session's own does. Held finals
+wait while the speaker goes on: while the next utterance is open or its final is owed
+(`busy`), then `HOLD_S` more once all is quiet, and never more than `MAX_HOLD_S` after the
+last of them came. They are released by the first input after that, by a final that
+shows no card follows, or by the stream's end (`release`, also when the client is gone).
 """
 
 from __future__ import annotations
@@ -15,45 +18,54 @@ from streaming.events import Final, Partial
 from streaming.redaction.apply import redact_text
 from streaming.redaction.detect import find
 from streaming.redaction.policies import Redaction
-from streaming.redaction.stream import FinalText, RedactedFinal, StreamRedactor
+from streaming.redaction.stream import FinalText, RedactedFinal, SpokenContext, StreamRedactor
 
-#: How long a final that may end in the first part of a card waits for its next part.
+#: How long held finals wait, once nobody speaks, for the next part of their card: a
+#: pause between two groups of digits, and the voice detector's time to hear the next.
 HOLD_S = 3.0
+#: The longest held finals wait after the last of them came, however long the speaker goes
+#: on: a next utterance cut at its longest (15 s by default) and decoded.
+MAX_HOLD_S = 20.0
 
 
 class EventRedactor:
     """One stream's (one channel's) finals and partials, redacted in order."""
 
-    def __init__(self, redaction: Redaction) -> None:
+    def __init__(self, redaction: Redaction, context: SpokenContext | None = None) -> None:
         self.redaction = redaction
-        self._stream = StreamRedactor(redaction)
-        self._held: Final | None = None
-        self._held_since = 0.0
+        self._stream = StreamRedactor(redaction, context)
+        self._held: dict[int, Final] = {}
+        self._quiet_since = 0.0  # the last time anything said the card might go on
+        self._held_since = 0.0  # when the last held final came
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
 
     def final(self, event: Final, now: float) -> list[Final]:
         """The finals that may go out now, in order (none while `event` is held)."""
         t = event.transcript
         item = FinalText(event.utt_id, t.text, t.tokens, event.start_ms, event.end_ms)
-        by_key = {event.utt_id: event}
-        if self._held is not None:
-            by_key[self._held.utt_id] = self._held
-        out = [self._applied(by_key[r.key], r) for r in self._stream.final(item)]
-        self._held = event if self._stream.holding else None
-        self._held_since = now
+        self._held[event.utt_id] = event
+        out = [self._applied(self._held.pop(r.key), r) for r in self._stream.final(item)]
+        self._quiet_since = self._held_since = now
         return out
 
-    def due(self, now: float) -> list[Final]:
-        """The held final, once it has waited `HOLD_S`."""
-        if self._held is None or now - self._held_since < HOLD_S:
+    def due(self, now: float, busy: bool) -> list[Final]:
+        """The held finals, once their wait is over; `busy`: an utterance is open, or a
+        final owed, that may carry the next part."""
+        if not self._held:
             return []
-        return self.release()
+        if busy:
+            self._quiet_since = now
+        quiet = now - self._quiet_since >= HOLD_S
+        if quiet or now - self._held_since >= MAX_HOLD_S:
+            return self.release()
+        return []
 
     def release(self) -> list[Final]:
-        """The held final, now (the stream ends, or another event must follow it)."""
-        held, self._held = self._held, None
-        if held is None:
-            return []
-        return [self._applied(held, r) for r in self._stream.release()]
+        """The held finals, now (the stream ends, or another event must follow them)."""
+        return [self._applied(self._held.pop(r.key), r) for r in self._stream.release()]
 
     def partial(self, event: Partial) -> Partial:
         return replace(event, text=self._stream.partial(event.text))

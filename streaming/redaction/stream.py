@@ -1,21 +1,26 @@
 """One stream's redaction: finals read with the ones before them, partials kept safe.
 
-A card is often read in parts, one utterance each ("my card is 4111 1111", "1111 1111").
-So, with `pci`, a final that ends in digits that could begin a card is held until the
-next final: when that one begins with digits and the two parts make a Luhn-valid number,
-both parts are redacted; a next final that begins with words joins by its first run
-("the last eight are 5555 4444"). When the first part was said as a card's (card words:
-pci took it already), the Luhn check is not asked of a leading run: a digit misheard
-must not let the second part through. The caller sends what `final` returns, and calls
-`release` when no next final is coming soon (its deadline, or the stream's end): nothing
-is lost, a held final is only late. Card words in the finals before a text count for it
-too ("the card number is?" in one utterance, the digits in the next), when they left the
-question open.
+A card is often read in parts, one utterance each ("my card is 4111 1111", "1111",
+"1111 1111"). So, with `pci`, a final that ends in digits that could begin a card is held,
+and so are the finals after it that are only digits (more parts) or nothing at all (a
+cough, a discarded segment), until the digits make a card or a final shows they do not.
+A card is made when the held digits and the next final's leading run are a Luhn-valid
+number, or a card's length when the first part was said as a card's (card words: pci took
+it already: a digit misheard must not let the rest through); a final that begins with
+words joins by its first run ("the last eight are 5555 4444") when the parts pass the Luhn
+check. Every part of a card is redacted; when a named card's parts never complete, each
+part is redacted all the same. The caller sends what `final` returns, and calls `release`
+when no next part is coming (its deadline, or the stream's end): nothing is lost, a held
+final is only late.
+
+What was said just before (`SpokenContext`, shared by the channels of one stream: the
+agent asks for the security code on one, the customer answers on the other) counts for
+what a number is said of, when it left the question open.
 
 A partial never shows digits its final might redact: it is redacted by the same rules,
 and, while any digit policy is on, so is every run of 4 or more digits in it (the final
-may decode them otherwise), its last run (it may still grow into a number) and, after a
-held final, its first (it may finish the held one's card).
+may decode them otherwise), its last run (it may still grow into a number) and, while
+finals are held, its first (it may finish their card).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.types import Token
 from streaming.redaction.apply import Redacted, redact, redact_text
@@ -34,6 +39,8 @@ from streaming.redaction.policies import PRIORITY, Policy, Redaction
 CONTEXT_FINALS = 2
 #: A card has 13 to 19 digits: a final ending in fewer may be its first part.
 CARD_DIGITS = range(13, 20)
+#: The most finals held at once (parts, and the empty finals between them).
+MAX_HELD = 8
 DIGIT_POLICIES = frozenset({Policy.PCI, Policy.SSN, Policy.PHONE, Policy.NUMBERS})
 TRAILING_PUNCTUATION = ".,;:!? "
 
@@ -55,66 +62,116 @@ class RedactedFinal:
     redacted: Redacted
 
 
+class SpokenContext:
+    """The last few finals' texts of a stream, on any of its channels, oldest first."""
+
+    def __init__(self, finals: int = CONTEXT_FINALS) -> None:
+        self._texts: deque[str] = deque(maxlen=finals)
+
+    def add(self, text: str) -> None:
+        if not _blank(text):  # a cough must not push out the question it interrupted
+            self._texts.append(text)
+
+    def text(self) -> str:
+        return " ".join(self._texts)
+
+
+@dataclass(slots=True)
+class _Held:
+    """Finals held for a card: the first ends in digits, the rest are digits or empty."""
+
+    finals: list[FinalText] = field(default_factory=list)
+    named: bool = False  # the first part's run was pci's already
+
+    def runs(self) -> list[re.Match[str] | None]:
+        """Each held final's part of the card: the first's last run, the others' whole."""
+        return [_last_run(self.finals[0].text), *(_only_digits(f.text) for f in self.finals[1:])]
+
+    def digits(self) -> str:
+        return "".join(re.sub(r"\D", "", run.group()) for run in self.runs() if run is not None)
+
+
 class StreamRedactor:
     """The redaction of one stream's finals and partials, in order."""
 
-    def __init__(self, redaction: Redaction) -> None:
+    def __init__(self, redaction: Redaction, context: SpokenContext | None = None) -> None:
         self.redaction = redaction
-        self._before: deque[str] = deque(maxlen=CONTEXT_FINALS)
-        self._held: FinalText | None = None
-        self._held_named = False  # the held final's last run was pci's already
+        self._context = context if context is not None else SpokenContext()
+        self._held: _Held | None = None
 
     @property
     def holding(self) -> bool:
-        """Whether a final waits for the next one (the caller's deadline runs)."""
+        """Whether finals wait for the next one (the caller's deadline runs)."""
         return self._held is not None
 
     def final(self, item: FinalText) -> list[RedactedFinal]:
         """The finals that may be sent now, in order (none, while this one is held)."""
-        out: list[RedactedFinal] = []
-        extra: list[Found] = []
-        if self._held is not None:
-            held_part, this_part = _joined_card(self._held.text, item.text, self._held_named)
-            out.append(self._decide(self._held, [held_part] if held_part else []))
-            self._held = None
-            extra = [this_part] if this_part else []
-        begins = self._may_begin_card(item.text, extra)
-        if begins is not None:
-            self._held, self._held_named = item, begins
-            return out
-        out.append(self._decide(item, extra))
-        return out
+        held = self._held
+        if held is None:
+            return self._begin(item, [])
+        if len(held.finals) < MAX_HELD and self._goes_on(held, item.text):
+            held.finals.append(item)  # a cough between two parts, or another part
+            return []
+        run = _joining_run(held, item.text)
+        if run is None:  # no card: the held finals alone, then this one afresh
+            return [*self.release(), *self._begin(item, [])]
+        self._held = None
+        out = [self._decide(f, _part(r)) for f, r in zip(held.finals, held.runs(), strict=True)]
+        return out + self._begin(item, _part(run))
 
     def release(self) -> list[RedactedFinal]:
-        """The held final, decided alone (no next part came in time)."""
+        """The held finals, decided alone (no next part came in time). The parts after a
+        named card's first are redacted all the same: they were its digits."""
         held, self._held = self._held, None
-        return [] if held is None else [self._decide(held, [])]
+        if held is None:
+            return []
+        out = [self._decide(held.finals[0], [])]
+        for f, run in zip(held.finals[1:], held.runs()[1:], strict=True):
+            out.append(self._decide(f, _part(run) if held.named else []))
+        return out
 
     def partial(self, text: str) -> str:
         """A partial's text, redacted at least as much as its final will be."""
         policies = self.redaction.policies
-        found = find(text, policies, self._context())
+        found = find(text, policies, self._context.text())
         guard = next((p for p in PRIORITY if p in policies and p in DIGIT_POLICIES), None)
         if guard is not None:
             runs = list(DIGIT_RUN.finditer(text))
             # A partial's digits may be decoded otherwise in the final (a card that fails
             # the Luhn check here, by one digit): any run of 4 or more is hidden, and the
-            # last (it may still grow), and after a held final the first.
+            # last (it may still grow), and while finals are held the first.
             unsure = [m for m in runs if digit_count(m.group()) >= 4] + runs[-1:]
             unsure += runs[:1] if self._held is not None else []
             found += [Found(m.start(), m.end(), guard) for m in unsure]
         return redact_text(text, disjoint(found), self.redaction.mask)
 
+    @staticmethod
+    def _goes_on(held: _Held, text: str) -> bool:
+        """Whether `text` says nothing, or only digits that may still grow into the held
+        card without being one yet."""
+        if _blank(text):
+            return True
+        whole = _only_digits(text)
+        if whole is None:
+            return False
+        digits = held.digits() + re.sub(r"\D", "", whole.group())
+        return not _card(digits, held.named) and len(digits) < CARD_DIGITS.stop - 1
+
+    def _begin(self, item: FinalText, extra: Sequence[Found]) -> list[RedactedFinal]:
+        """`item` held as a card's possible first part, or decided now."""
+        named = self._may_begin_card(item.text, extra)
+        if named is None:
+            return [self._decide(item, extra)]
+        self._held = _Held([item], named)
+        return []
+
     def _decide(self, item: FinalText, extra: Sequence[Found]) -> RedactedFinal:
-        found = disjoint([*extra, *find(item.text, self.redaction.policies, self._context())])
-        self._before.append(item.text)
+        found = disjoint([*extra, *find(item.text, self.redaction.policies, self._context.text())])
+        self._context.add(item.text)
         span = (item.start_ms, item.end_ms)
         return RedactedFinal(
             item.key, redact(item.text, item.tokens, found, self.redaction.mask, span)
         )
-
-    def _context(self) -> str:
-        return " ".join(self._before)
 
     def _may_begin_card(self, text: str, extra: Sequence[Found]) -> bool | None:
         """None unless `text` ends in digits that could be a card's first part and that
@@ -126,7 +183,7 @@ class StreamRedactor:
         if last is None or any(_covers(f, last) for f in extra):  # it ends a joined card
             return None
         count = digit_count(last.group())
-        found = find(text, self.redaction.policies, self._context())
+        found = find(text, self.redaction.policies, self._context.text())
         takers = {f.policy for f in found if _covers(f, last)}
         if not takers and 4 <= count < CARD_DIGITS.stop - 1:
             return False
@@ -135,26 +192,39 @@ class StreamRedactor:
         return None
 
 
-def _joined_card(first: str, second: str, named: bool) -> tuple[Found | None, Found | None]:
-    """The end of `first` and a run of `second` when, together, they are a card: its
-    leading run (Luhn-valid, or of a card's length when `first` named the card), or its
-    first run after words ("the last eight are ...") when the two pass the Luhn check."""
-    last = _last_run(first)
-    if last is None:
-        return None, None
+def _card(digits: str, lenient: bool) -> bool:
+    """Whether these digits are a card: Luhn-valid, or of a card's length if `lenient`."""
+    return len(digits) in CARD_DIGITS and (lenient or luhn_valid(digits))
+
+
+def _joining_run(held: _Held, second: str) -> re.Match[str] | None:
+    """The run of `second` that completes the held card: its leading run (Luhn-valid, or
+    of a card's length when the card was named), or its first run after words ("the last
+    eight are ...") when together they pass the Luhn check."""
     shift = len(second) - len(second.lstrip())
     lead = DIGIT_RUN.match(second, shift)
     later = DIGIT_RUN.search(second)
-    for run, lenient in ((lead, named), (later if lead is None else None, False)):
-        if run is None:
-            continue
-        digits = re.sub(r"\D", "", last.group() + run.group())
-        if len(digits) in CARD_DIGITS and (lenient or luhn_valid(digits)):
-            return (
-                Found(last.start(), last.end(), Policy.PCI),
-                Found(run.start(), run.end(), Policy.PCI),
-            )
-    return None, None
+    before = held.digits()
+    for run, lenient in ((lead, held.named), (later if lead is None else None, False)):
+        if run is not None and _card(before + re.sub(r"\D", "", run.group()), lenient):
+            return run
+    return None
+
+
+def _part(run: re.Match[str] | None) -> list[Found]:
+    return [] if run is None else [Found(run.start(), run.end(), Policy.PCI)]
+
+
+def _blank(text: str) -> bool:
+    """Whether a final says nothing (a cough, a discarded segment)."""
+    return not text.strip(TRAILING_PUNCTUATION + " \t\n")
+
+
+def _only_digits(text: str) -> re.Match[str] | None:
+    """The run that is all `text` says (punctuation aside), if it is only digits."""
+    body = text.rstrip(TRAILING_PUNCTUATION)
+    shift = len(body) - len(body.lstrip())
+    return DIGIT_RUN.fullmatch(body, shift)
 
 
 def _covers(found: Found, run: re.Match[str]) -> bool:

@@ -14,6 +14,7 @@ from streaming.limits import SessionLimits
 from streaming.protocols.v1.codec import V1Codec
 from streaming.session import Session
 from streaming.vad.types import BlockVerdict, VadConfig, VadEvent, VadEventKind, accept_each
+from tests.speech import to_s16le
 
 FRAME = 160  # 10 ms at 16 kHz
 
@@ -27,6 +28,12 @@ def tone_bursts(
         t = np.arange(int(a * rate), min(int(b * rate), len(audio)))
         audio[t] = 0.3 * np.sin(2 * np.pi * 300 * t / rate)
     return audio
+
+
+def stereo(left: np.ndarray, right: np.ndarray) -> bytes:
+    """Interleaved s16le frames: left, right, left, right, …"""
+    pairs = np.stack([np.frombuffer(to_s16le(x), "<i2") for x in (left, right)], axis=1)
+    return pairs.astype("<i2").tobytes()
 
 
 class EnergyVadStream:

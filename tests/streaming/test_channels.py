@@ -14,15 +14,9 @@ from streaming.events import Configured, Ended, ErrorEvent, Final, SpeechStarted
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
 from tests.speech import chunks, to_s16le
-from tests.streaming.fakes import EnergyVadModel, answer, final_requests, tone_bursts
+from tests.streaming.fakes import EnergyVadModel, answer, final_requests, stereo, tone_bursts
 
 SR = 16000
-
-
-def stereo(left: np.ndarray, right: np.ndarray) -> bytes:
-    """Interleaved s16le frames: left, right, left, right, …"""
-    pairs = np.stack([np.frombuffer(to_s16le(x), "<i2") for x in (left, right)], axis=1)
-    return pairs.astype("<i2").tobytes()
 
 
 # The agent speaks, then the customer talks over the agent's second turn.

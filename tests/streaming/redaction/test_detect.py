@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streaming.redaction.apply import redact_text
-from streaming.redaction.detect import find, luhn_valid
+from streaming.redaction.detect import DIGIT_RUN, find, luhn_valid
 from streaming.redaction.policies import Policy
 
 ALL = frozenset(Policy)
@@ -118,3 +118,17 @@ def test_a_card_or_social_security_number_is_not_a_phone_number() -> None:
     ):
         assert shown(text, PHONE) == text
     assert shown("My account number is 12345678.", PHONE) == "My account number is 12345678."
+
+
+def test_groups_joined_by_a_comma_and_space_or_a_double_space_are_one_run() -> None:
+    assert [m.group() for m in DIGIT_RUN.finditer("4111, 1111,  1111  1111.")] == [
+        "4111, 1111,  1111  1111"
+    ]
+    # A bare comma is a thousands separator, and short groups are a list, not a number.
+    assert [m.group() for m in DIGIT_RUN.finditer("$1,234 for 1, 2, 3")] == [
+        "1",
+        "234",
+        "1",
+        "2",
+        "3",
+    ]

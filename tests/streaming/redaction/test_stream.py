@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.types import Token
 from streaming.redaction.policies import Policy, Redaction
-from streaming.redaction.stream import FinalText, StreamRedactor
+from streaming.redaction.stream import MAX_HELD, FinalText, SpokenContext, StreamRedactor
 
 PCI = Redaction(frozenset({Policy.PCI}))
 
@@ -147,3 +147,90 @@ def test_a_partial_shows_no_digits_its_final_might_redact() -> None:
 def test_a_partial_without_digit_policies_is_untouched_but_for_what_they_find() -> None:
     redactor = StreamRedactor(Redaction(frozenset({Policy.EMAIL}), mask=True))
     assert redactor.partial("mail a@b.com about 4111") == "mail *@*.*** about 4111"
+
+
+def test_a_card_read_in_four_parts_is_held_until_it_is_whole() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111")) == []
+    assert redactor.final(final(2, "1111")) == []
+    assert redactor.final(final(3, "1111,")) == []
+    sent = redactor.final(final(4, "1111. Thanks."))
+    assert [s.key for s in sent] == [1, 2, 3, 4]
+    texts = [s.redacted.text for s in sent]
+    assert texts == ["My card number is [PCI]", "[PCI]", "[PCI],", "[PCI]. Thanks."]
+    assert not redactor.holding
+
+
+def test_an_unnamed_card_in_four_parts_is_caught_by_its_luhn_check() -> None:
+    redactor = StreamRedactor(PCI)
+    for key, text in enumerate(["It is 5555", "5555", "5555"]):
+        assert redactor.final(final(key, text)) == []
+    sent = redactor.final(final(3, "4444."))
+    assert digits_in([s.redacted.text for s in sent]) == ""
+
+
+def test_an_empty_final_between_two_parts_neither_releases_nor_breaks_them() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111 1111")) == []
+    assert redactor.final(FinalText(2, "", (), 0, 0)) == []  # a cough
+    assert redactor.final(final(3, ".")) == []  # a segment with nothing in it
+    sent = redactor.final(final(4, "1111 1111."))
+    assert [(s.key, s.redacted.text) for s in sent] == [
+        (1, "My card number is [PCI]"),
+        (2, ""),
+        (3, "."),
+        (4, "[PCI]."),
+    ]
+
+
+def test_the_parts_of_a_named_card_that_never_completes_are_redacted_all_the_same() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111")) == []
+    assert redactor.final(final(2, "1111")) == []
+    sent = redactor.final(final(3, "Sorry, let me find it."))
+    assert [s.redacted.text for s in sent] == [
+        "My card number is [PCI]",
+        "[PCI]",
+        "Sorry, let me find it.",
+    ]
+    assert redactor.final(final(4, "My card number is 4111")) == []
+    assert redactor.final(final(5, "1111")) == []
+    assert [s.redacted.text for s in redactor.release()] == ["My card number is [PCI]", "[PCI]"]
+
+
+def test_digits_that_grow_past_any_card_are_sent_as_said() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "The order is 1234 5678")) == []
+    assert redactor.final(final(2, "1234 5678")) == []
+    sent = redactor.final(final(3, "1234 5678"))  # 24 digits: no card's
+    sent += redactor.release()
+    texts = [s.redacted.text for s in sent]
+    assert texts == ["The order is 1234 5678", "1234 5678", "1234 5678"]
+
+
+def test_no_more_than_max_held_finals_wait() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(0, "My card number is 4111")) == []
+    for key in range(1, MAX_HELD):
+        assert redactor.final(FinalText(key, "", (), 0, 0)) == []
+    sent = redactor.final(FinalText(MAX_HELD, "", (), 0, 0))
+    assert [s.key for s in sent] == list(range(MAX_HELD + 1)) and not redactor.holding
+
+
+def test_groups_written_with_commas_or_double_spaces_are_one_card() -> None:
+    redactor = StreamRedactor(PCI)
+    for text in ("Take 4111, 1111, 1111, 1111 then", "Take 4111  1111  1111  1111 then"):
+        (sent,) = redactor.final(final(1, text))
+        assert sent.redacted.text == "Take [PCI] then"
+
+
+def test_what_one_channel_asked_counts_for_the_other() -> None:
+    spoken = SpokenContext()
+    agent, customer = StreamRedactor(PCI, spoken), StreamRedactor(PCI, spoken)
+    (asked,) = agent.final(final(1, "What is the security code?"))
+    assert asked.redacted.spans == ()
+    (answered,) = customer.final(final(1, "It is 123.")) + customer.release()
+    assert answered.redacted.text == "It is [PCI]."
+    # Each channel keeps its own: a stream of its own would not have heard the question.
+    (alone,) = StreamRedactor(PCI).final(final(1, "It is 123."))
+    assert alone.redacted.text == "It is 123."
