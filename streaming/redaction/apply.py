@@ -4,6 +4,7 @@ A transcript's text is its tokens' texts joined and stripped (engine.decoding.tr
 so a character span of the text is a run of tokens, and their times are the span's: a
 recorder can bleep that audio. A token any part of which is redacted loses its text: the
 first of a span's tokens carries the placeholder (or its mask), the others are emptied.
+It loses its id too (`REDACTED_ID`): the tokenizer is public, so an id is its piece.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from streaming.redaction.policies import Policy
 
 #: What a mask keeps: the spaces and separators, so its shape still reads as a number.
 MASK_KEEPS = frozenset(" -./@+")
+#: The id of a token whose text was redacted: no piece's (a piece's id spells its text,
+#: and the tokenizer is public), so a renderer of token ids leaves it out.
+REDACTED_ID = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +69,17 @@ def redact(
     utterance_ms: tuple[int, int],
 ) -> Redacted:
     """The text, its tokens and the redactions' time spans. Tokens that do not spell the
-    text (which the decoder's pieces always do, but for a byte-level piece) are scrubbed
-    of every digit and '@', and the spans take the utterance's whole time: bleep and hide
-    too much, never less."""
+    text (which the decoder's pieces always do, but for an unknown or byte-level piece)
+    are scrubbed of every digit and '@' and of any piece of what was found, and the spans
+    take the utterance's whole time: bleep and hide too much, never less."""
+    if not found:
+        return Redacted(text, tuple(tokens), ())
     offsets = _token_offsets(text, tokens)
     if offsets is None:  # no telling which tokens hold what was found: scrub them all
+        hidden = [text[f.start : f.end] for f in found]
         return Redacted(
             redact_text(text, found, mask),
-            tuple(_scrubbed(t, found, mask) for t in tokens),
+            tuple(_scrubbed(t, hidden, found[0].policy, mask) for t in tokens),
             tuple(Span(f.policy, *utterance_ms) for f in found),
         )
     new_tokens = list(tokens)
@@ -85,18 +92,21 @@ def redact(
         spans.append(Span(f.policy, tokens[covered[0]].start_ms, tokens[covered[-1]].end_ms))
         lead = " " if tokens[covered[0]].text.startswith(" ") else ""
         shown = replacement(text[f.start : f.end], f.policy, mask)
-        new_tokens[covered[0]] = replace(tokens[covered[0]], text=lead + shown)
+        new_tokens[covered[0]] = replace(tokens[covered[0]], id=REDACTED_ID, text=lead + shown)
         for i in covered[1:]:
-            new_tokens[i] = replace(tokens[i], text="")
+            new_tokens[i] = replace(tokens[i], id=REDACTED_ID, text="")
     return Redacted(redact_text(text, found, mask), tuple(new_tokens), tuple(spans))
 
 
-def _scrubbed(token: Token, found: Sequence[Found], mask: bool) -> Token:
-    """A token whose place in the text is unknown, with no digit or '@' left in it."""
-    if not any(ch.isdigit() or ch == "@" for ch in token.text):
+def _scrubbed(token: Token, hidden: Sequence[str], policy: Policy, mask: bool) -> Token:
+    """A token whose place in the text is unknown, with no digit or '@' left in it, nor
+    letters that may be part of a `hidden` value (an e-mail address's name)."""
+    body = token.text.strip()
+    spelled = any(ch.isalnum() for ch in body) and any(body in h for h in hidden)
+    if not spelled and not any(ch.isdigit() or ch == "@" for ch in body):
         return token
     lead = " " if token.text.startswith(" ") else ""
-    return replace(token, text=lead + replacement(token.text.strip(), found[0].policy, mask))
+    return replace(token, id=REDACTED_ID, text=lead + replacement(body, policy, mask))
 
 
 def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]] | None:

@@ -15,6 +15,7 @@ from engine.types import Token
 from streaming.commands import CLIENT_LANGUAGES, hotwords_from, prompt_keywords
 from streaming.errors import InvalidFieldError
 from streaming.events import Final
+from streaming.redaction.apply import REDACTED_ID
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")
@@ -165,7 +166,8 @@ def segment(index: int, final: Final) -> dict[str, Any]:
         "start": final.start_ms / 1000,
         "end": final.end_ms / 1000,
         "text": final.transcript.text,
-        "tokens": [t.id for t in final.transcript.tokens],
+        # A redacted token has no id to give (its own would spell what was redacted).
+        "tokens": [t.id for t in final.transcript.tokens if t.id != REDACTED_ID],
         "temperature": 0.0,
         "avg_logprob": 0.0,
         "compression_ratio": 0.0,
