@@ -36,6 +36,7 @@ from server.host.admission import Admission, Kind, Scope, limits_of
 from server.host.link import HostLink, WorkerSeat
 from server.host.local import Host, LocalHost
 from server.host.messages import Gathered, Topic
+from server.http.access import scoped
 from server.http.addresses import page_url
 from server.http.auth import load_keys, load_token_secret, origin_allowed, presented_token
 from server.http.client_address import client_host
@@ -45,6 +46,7 @@ from server.http.credentials import Credentials, Refused
 from server.http.listener import QuietServer, asgi_server, bind, bound_port, stop
 from server.http.responses import json_response, response, static_file, text_response, unauthorized
 from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
+from server.http.scopes import STREAMS_READ
 from server.http.tables import main_app, ops_app
 from server.http.tenants import Claim, Tenant, followed_key
 from server.live.connection import Connection
@@ -788,13 +790,13 @@ class App:
 
     async def streams_route(self, request: Request) -> Response:
         """GET /v1/streams: the live streams a subscriber may follow (its tenant's; an
-        admin key's: every tenant's)."""
+        admin key's: every tenant's; a client secret's only with `streams:read`)."""
         refusal = self.origin_refusal(request)
         if refusal is not None:
             return refusal
-        caller = self.caller(request)
-        if caller is None:
-            return unauthorized("missing or wrong API key")
+        caller = scoped(self._counted(self.credential(request)), STREAMS_READ)
+        if isinstance(caller, Response):
+            return caller
         return json_response(200, {"streams": await self.host.streams(caller)})
 
     async def follow(self, websocket: WebSocket) -> None:
@@ -832,9 +834,10 @@ class App:
     def _followed_key(self, conn: HTTPConnection, stream_id: str) -> str | Response:
         """The hub key of the stream a follower names: its own tenant's stream of that id,
         or, for an admin key, the one of the tenant `?tenant=` names."""
-        caller = self.caller(conn)  # refusal() has checked the key or client secret
-        named = conn.query_params.get("tenant")
-        key = None if caller is None else followed_key(caller, stream_id, named)
+        caller = scoped(self.credential(conn), STREAMS_READ)  # refusal() counted a 401
+        if isinstance(caller, Response):
+            return caller
+        key = followed_key(caller, stream_id, conn.query_params.get("tenant"))
         if key is None:
             return text_response(403, "only an admin key may follow another tenant's stream\n")
         return key

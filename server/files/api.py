@@ -1,7 +1,9 @@
 """OpenAI's file API over HTTP: `GET /v1/models` and `POST /v1/audio/transcriptions`.
 
 The request and response formats are `streaming.protocols.openai.files`; an upload runs
-through the live pipeline's session core and engine (`server.files.transcriptions`).
+through the live pipeline's session core and engine (`server.files.transcriptions`). A
+client secret uploads only with the `files:write` scope, and each upload is one of the
+sessions it may open.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from server.files.uploads import Upload, read_upload
 from server.host.admission import Kind
 from server.host.admission import Scope as Refused
 from server.host.local import Host
+from server.http.access import permits
 from server.http.client_secrets import Grant
 from server.http.credentials import Refused as KeyRefused
 from server.http.responses import json_response, response
+from server.http.scopes import FILES_WRITE, INSUFFICIENT_SCOPE, challenge, scope_message
 from server.http.tenants import Tenant
 from streaming.events import Final
 from streaming.protocols.openai.files import (
@@ -52,7 +56,10 @@ ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 def api_error(error: FileApiError) -> Response:
     # Retrying the same upload cannot help with these; the SDK honours this header.
     retry = "true" if error.status in (429, 503) else "false"
-    return json_response(error.status, error.body(), {"x-should-retry": retry})
+    extra = {"x-should-retry": retry}
+    if error.code == INSUFFICIENT_SCOPE:
+        extra |= challenge(FILES_WRITE)
+    return json_response(error.status, error.body(), extra)
 
 
 class UploadSlot:
@@ -133,9 +140,9 @@ class FileApi:
         self._created = int(time.time())
 
     async def models(self, request: Request) -> Response:
-        refusal = self._refusal(request, need_ready=False)
-        if refusal is not None:
-            return api_error(refusal)
+        who = self._caller(request, need_ready=False)
+        if isinstance(who, FileApiError):
+            return api_error(who)
         report = self.app.report
         served = Path(report.model).name if report and report.model else "SenseVoiceSmall"
         names = (served, *ALIASES)
@@ -147,9 +154,9 @@ class FileApi:
 
     async def transcriptions(self, request: Request) -> Response:
         await self.app.hold_while_starting()
-        refusal = self._refusal(request, need_ready=True)
-        if refusal is not None:
-            return api_error(refusal)
+        who = self._caller(request, need_ready=True, scope=FILES_WRITE)
+        if isinstance(who, FileApiError):
+            return api_error(who)
         limits = self.app.config.limits
         # One limit for the whole host: the lease is the supervisor's with several workers.
         lease = await self.app.host.acquire(Kind.UPLOAD, "")
@@ -159,6 +166,9 @@ class FileApi:
         slot = UploadSlot(self, lease)
         handed_over = False
         try:
+            used_up = await self._used_up(who)
+            if used_up is not None:
+                return api_error(used_up)
             answer = await self._transcribe(request, slot)
             handed_over = isinstance(answer, SlotStream)  # it releases the slot itself
             return answer
@@ -227,12 +237,31 @@ class FileApi:
             config = replace(config, pinned=pins)
         return config
 
-    def _refusal(self, request: Request, need_ready: bool) -> FileApiError | None:
+    async def _used_up(self, who: Tenant | Grant) -> FileApiError | None:
+        """Count the upload as one of a client secret's sessions, host-wide, or 403 when
+        it has opened its most (after the upload's slot: a 429 uses none)."""
+        if not isinstance(who, Grant):
+            return None
+        limit, expires = who.max_sessions, who.expires_at
+        if await self.app.host.use_token(who.token_id, limit, expires, time.time()):
+            return None
+        log.info("upload refused: client secret %s used up", who.token_id)
+        message = f"The client secret is used up: it may open {limit} session(s)."
+        return FileApiError(403, message, code="client_secret_used_up")
+
+    def _caller(
+        self, request: Request, need_ready: bool, scope: str | None = None
+    ) -> Tenant | Grant | FileApiError:
+        """The key's tenant or the client secret that may use the route (a secret only
+        with `scope`), or the refusal."""
         app = self.app
         if app.origin_refusal(request) is not None:  # another site's page (OriginPolicy)
             return FileApiError(403, "origin not allowed", code="origin_not_allowed")
-        if not app.authorized(request):
+        who = app.credential(request) if app.authorized(request) else None  # counts a 401
+        if who is None or isinstance(who, KeyRefused):
             return FileApiError(401, "missing or wrong API key", code="invalid_api_key")
+        if scope is not None and not permits(who, scope):
+            return FileApiError(403, scope_message(scope), code=INSUFFICIENT_SCOPE)
         if need_ready and app.state != "ready":
             return FileApiError(503, f"the server is {app.state}", code="unavailable")
-        return None
+        return who

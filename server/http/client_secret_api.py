@@ -2,7 +2,9 @@
 
 OpenAI's GA request and answer (`streaming.protocols.openai.client_secrets`); the token is
 `server.http.client_secrets`'. A token never mints: only a key (or anyone, on a server
-without keys, as the anonymous tenant) may.
+without keys, as the anonymous tenant) may. The token speaks for the minting key's tenant,
+or for the one an admin key names (`tenant`), never as an admin; it streams, and does what
+else the request's `scopes` name (`server.http.scopes`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from server.config import ServerConfig
 from server.http.client_secrets import MAX_TOKEN_CHARS, Grant, mint_token
 from server.http.credentials import Credentials, Refused
 from server.http.responses import json_response
+from server.http.scopes import DEFAULT_SCOPES, INSUFFICIENT_SCOPE, TOKEN_SCOPES
 from server.http.tenants import Tenant
 from streaming.errors import UnsupportedHotwordError
 from streaming.protocols.openai.client_secrets import (
@@ -65,7 +68,7 @@ class ClientSecretApi:
         try:
             minter = self._minter(request)
             asked = parse_secret_request(
-                await json_body(request), self.app.config.limits.token_max_sessions
+                await json_body(request), self.app.config.limits.token_max_sessions, TOKEN_SCOPES
             )
             refused = self.app.hotword_refusal(asked.pins.hotwords or ())
             if refused is not None:  # every session of the token would be refused
@@ -90,8 +93,24 @@ class ClientSecretApi:
             raise FileApiError(401, who.reason, code="invalid_api_key")
         return who
 
-    def _minted(self, tenant: Tenant, asked: SecretRequest) -> Response:
+    def _tenant(self, minter: Tenant, named: str | None) -> Tenant:
+        """The tenant a token speaks for: the minting key's, or the one an admin key
+        names; never with the admin scope. Raises FileApiError (403, 400)."""
+        if named is None or named == minter.name:
+            return Tenant(minter.name)
+        if not minter.admin:
+            raise FileApiError(
+                403, "Only an admin key may mint a client secret for another tenant.",
+                "tenant", INSUFFICIENT_SCOPE,
+            )  # fmt: skip
+        if not self.app.credentials.keyring.names(named):  # its token would be refused
+            message = f"Invalid value: {named!r}. No key of that tenant is on this server."
+            raise FileApiError(400, message, "tenant", "invalid_value")
+        return Tenant(named)
+
+    def _minted(self, minter: Tenant, asked: SecretRequest) -> Response:
         now = int(time.time())
+        tenant = self._tenant(minter, asked.tenant)
         grant = Grant(
             tenant,
             secrets.token_urlsafe(12),
@@ -99,6 +118,8 @@ class ClientSecretApi:
             now + asked.ttl_s,
             asked.max_sessions,
             asked.pins,
+            DEFAULT_SCOPES | asked.scopes,
+            minter,
         )
         value = mint_token(self.app.credentials.secret, grant)
         if len(value) > MAX_TOKEN_CHARS:  # it must fit the URLs and headers that carry it
@@ -109,11 +130,13 @@ class ClientSecretApi:
             )
         # The token id names it in the log; the token itself is never logged.
         log.info(
-            "client secret %s minted for tenant %s: %d s, up to %d session(s)",
+            "client secret %s minted for tenant %s by %s: %d s, up to %d session(s), scopes %s",
             grant.token_id,
             tenant.name or "(anonymous)",
+            minter.name or "(anonymous)",
             asked.ttl_s,
             asked.max_sessions,
+            " ".join(sorted(grant.scopes)),
         )
         answer = secret_answer(value, grant.expires_at, f"sess_{grant.token_id}", asked)
         return json_response(200, answer)

@@ -4,9 +4,11 @@ Sans-I/O: no clock (`now` is passed in), no randomness (the caller names the tok
 A token is `ek_` + base64url(compact JSON payload) + `.` + base64url(HMAC-SHA256(secret,
 "ek1." + that payload text)), unpadded. It is stateless: every process given the same
 secret accepts it, so a host's workers and several hosts behind one balancer take each
-other's tokens. The payload names the minting key's tenant and scope, when the token was
-made and expires, its id (which the host counts its sessions by), the most sessions it
-may open, and the options it pins.
+other's tokens. The payload names the tenant the token speaks for (the minting key's, or
+the one an admin key named) and the minting key's tenant and scope when they differ, when
+the token was made and expires, its id (which the host counts its sessions by), the most
+sessions it may open, what it may do besides streaming (its scopes), and the options it
+pins.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.types import Hotword
+from server.http.scopes import DEFAULT_SCOPES
 from server.http.tenants import Tenant
 from streaming.errors import InvalidFieldError
 from streaming.pins import Pins
@@ -44,8 +47,10 @@ class TokenRefusal(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What a valid token grants: its minting key's tenant (name and scope), its life,
-    its id, how many sessions it may open, and what it pins."""
+    """What a valid token grants: the tenant it speaks for, its life, its id, how many
+    sessions it may open, what it pins, what it may do besides streaming (`scopes`, see
+    `server.http.scopes`), and the minting key's tenant and scope (`issuer`; None: the
+    token's own tenant), whose key must still be on the server for the token to be."""
 
     tenant: Tenant
     token_id: str
@@ -53,6 +58,13 @@ class Grant:
     expires_at: int
     max_sessions: int
     pins: Pins = field(default_factory=Pins)
+    scopes: frozenset[str] = DEFAULT_SCOPES
+    issuer: Tenant | None = None
+
+    @property
+    def minted_by(self) -> Tenant:
+        """The tenant and scope of the key that minted the token."""
+        return self.issuer or self.tenant
 
 
 def _b64(data: bytes) -> bytes:
@@ -79,7 +91,10 @@ def mint_token(secret: bytes, grant: Grant) -> str:
         "exp": grant.expires_at,
         "jti": grant.token_id,
         "max_sessions": grant.max_sessions,
+        "scopes": sorted(grant.scopes),
     }
+    if grant.minted_by != grant.tenant:
+        claims["issuer"] = {"tenant": grant.minted_by.name, "admin": grant.minted_by.admin}
     pins = pins_json(grant.pins)
     if pins:
         claims["pins"] = pins
@@ -109,21 +124,35 @@ def verify_token(secret: bytes, value: bytes, now: float) -> Grant | TokenRefusa
 
 
 def _grant(claims: dict[str, Any]) -> Grant:
-    """A payload's claims as a grant; raises ValueError, TypeError or KeyError."""
+    """A payload's claims as a grant; raises ValueError, TypeError or KeyError.
+
+    A payload without `scopes` (minted before scopes existed) streams and does nothing else.
+    """
     ints = [claims[name] for name in ("iat", "exp", "max_sessions")]
-    if any(type(v) is not int for v in ints) or type(claims["admin"]) is not bool:
+    if any(type(v) is not int for v in ints) or not isinstance(claims["jti"], str):
         raise TypeError("a claim has the wrong type")
-    if not isinstance(claims["tenant"], str) or not isinstance(claims["jti"], str):
-        raise TypeError("a claim has the wrong type")
+    scopes = claims.get("scopes", [])
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise TypeError("scopes must be a list of names")
+    issuer = claims.get("issuer")
     issued, expires, count = ints
     return Grant(
-        Tenant(claims["tenant"], claims["admin"]),
+        _tenant(claims),
         claims["jti"],
         issued,
         expires,
         count,
         pins_from_json(claims.get("pins", {})),
+        DEFAULT_SCOPES | frozenset(scopes),
+        None if issuer is None else _tenant(issuer),
     )
+
+
+def _tenant(claims: dict[str, Any]) -> Tenant:
+    """A tenant and scope as a payload names one; raises TypeError or KeyError."""
+    if not isinstance(claims["tenant"], str) or type(claims["admin"]) is not bool:
+        raise TypeError("a claim has the wrong type")
+    return Tenant(claims["tenant"], claims["admin"])
 
 
 def pins_json(pins: Pins) -> dict[str, Any]:

@@ -47,10 +47,11 @@ class Credentials:
         return NO_KEY if self.keyring else ANONYMOUS
 
     def grant(self, presented: bytes, now: float) -> Grant | Refused:
-        """A client secret's grant, while its tenant still has a key here."""
+        """A client secret's grant, while the key that minted it (its tenant and scope)
+        is still here, and its own tenant, when an admin key named another, has a key."""
         found = verify_token(self.secret, presented, now)
         if isinstance(found, TokenRefusal):
             return Refused(found.value)
-        if not self.keyring.holds(found.tenant):
+        if not self.keyring.holds(found.minted_by) or not self.keyring.names(found.tenant.name):
             return UNKNOWN_TENANT
         return found

@@ -8,7 +8,8 @@ client is the one ANONYMOUS tenant, as before tenants existed.
 
 A stream belongs to the tenant whose key started it, and its id is unique only within
 that tenant: the hub names it `stream_key(tenant, id)`. A key lists and follows only its
-own tenant's streams unless it has the `admin` scope.
+own tenant's streams unless it has the `admin` scope; a client secret only its own
+tenant's, and only with the `streams:read` scope (`server.http.scopes`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,13 @@ class Keyring:
             if hmac.compare_digest(token, key.secret):
                 found = key.tenant
         return found
+
+    def names(self, name: str) -> bool:
+        """Whether some key speaks for the tenant `name`, in any scope (with no keys: the
+        anonymous tenant only)."""
+        if not self.keys:
+            return name == ANONYMOUS.name
+        return any(key.tenant.name == name for key in self.keys)
 
     def holds(self, tenant: Tenant) -> bool:
         """Whether some key still speaks for `tenant` (name and scope): a client secret

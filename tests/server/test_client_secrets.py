@@ -17,13 +17,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
-from openai import AsyncOpenAI, OpenAI, PermissionDeniedError
+from openai import APIStatusError, AsyncOpenAI, OpenAI, PermissionDeniedError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -188,6 +189,11 @@ def test_a_token_cannot_mint(server: ServerProcess) -> None:
             "unsupported_hotword",
             "session",
         ),
+        # Scopes: only known names; a key's own tenant unless an admin key names another.
+        ({"scopes": ["streams:read", "admin"]}, {}, 400, "invalid_value", "scopes[1]"),
+        ({"scopes": "streams:read"}, {}, 400, "invalid_type", "scopes"),
+        ({"tenant": "beta"}, {}, 403, "insufficient_scope", "tenant"),
+        ({"tenant": "ghost"}, bearer(OPS), 400, "invalid_value", "tenant"),
     ],
 )
 def test_a_mint_is_refused_with_openais_error_object(
@@ -349,40 +355,138 @@ async def live(server: ServerProcess, key: str, stream_id: str) -> Any:
         yield ws
 
 
-def test_a_token_sees_its_own_tenants_streams_as_its_key_does(server: ServerProcess) -> None:
-    acme, ops = mint(server, ACME), mint(server, OPS)
+@dataclass(frozen=True)
+class Listed:
+    """`GET /v1/streams`' answer: its status, the stream ids listed, its challenge."""
 
-    def listed(token: str) -> list[str]:
-        request = urllib.request.Request(
-            server.server.http_url + "/v1/streams", headers=bearer(token)
-        )
+    status: int
+    ids: tuple[str, ...] = ()
+    challenge: str = ""
+
+
+def listed(server: ServerProcess, credential: str) -> Listed:
+    request = urllib.request.Request(
+        server.server.http_url + "/v1/streams", headers=bearer(credential)
+    )
+    try:
         with urllib.request.urlopen(request, timeout=10) as answer:
-            return [s["stream_id"] for s in json.loads(answer.read())["streams"]]
+            streams = json.loads(answer.read())["streams"]
+            return Listed(answer.status, tuple(s["stream_id"] for s in streams))
+    except urllib.error.HTTPError as exc:
+        return Listed(exc.code, challenge=exc.headers.get("WWW-Authenticate", ""))
 
-    async def scenario() -> tuple[list[str], list[str], int, int]:
+
+@pytest.fixture(scope="module")
+def wav(speech: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("upload") / "speech.wav"
+    sf.write(path, speech, SR, subtype="PCM_16")
+    return path
+
+
+def uploaded(server: ServerProcess, credential: str, wav: Path) -> tuple[int, str | None]:
+    """An upload through the SDK: 200, or the refusal's status and OpenAI error code."""
+    try:
+        with wav.open("rb") as audio:
+            done = sdk(server, credential).audio.transcriptions.create(
+                model="whisper-1", file=audio
+            )
+    except APIStatusError as exc:
+        return exc.status_code, exc.code
+    assert isinstance(done.text, str)
+    return 200, None
+
+
+def test_a_token_minted_without_scopes_streams_but_may_not_list_follow_or_upload(
+    server: ServerProcess, wav: Path
+) -> None:
+    token = mint(server)
+
+    async def scenario() -> tuple[int, int, Listed]:
+        async with live(server, ACME, "acme-unscoped"):
+            follow = follow_url(server.url, "acme-unscoped", 0)
+            followed = await status_of(follow, additional_headers=bearer(token))
+            listing = await asyncio.to_thread(listed, server, token)
+            streamed = await status_of(f"{server.url}?token={token}")
+            return streamed, followed, listing
+
+    streamed, followed, listing = run(scenario())
+    assert (streamed, followed, listing.status) == (101, 403, 403)
+    assert listing.challenge == 'Bearer error="insufficient_scope", scope="streams:read"'
+    assert any("403 insufficient_scope" in line for line in server.log)  # the follower's
+    assert uploaded(server, token, wav) == (403, "insufficient_scope")
+
+
+def test_the_scopes_a_mint_names_let_its_token_list_follow_and_upload_in_its_tenant(
+    server: ServerProcess, wav: Path
+) -> None:
+    token = mint(server, extra_body={"scopes": ["streams:read", "files:write"]})
+
+    async def scenario() -> tuple[Listed, int, int]:
+        async with live(server, ACME, "acme-scoped"), live(server, BETA, "beta-scoped"):
+            listing = await asyncio.to_thread(listed, server, token)
+            own = follow_url(server.url, "acme-scoped", 0)
+            foreign = follow_url(server.url, "beta-scoped", 0) + "&tenant=beta"
+            return (
+                listing,
+                await status_of(own, additional_headers=bearer(token)),
+                await status_of(foreign, additional_headers=bearer(token)),
+            )
+
+    listing, own, foreign = run(scenario())
+    assert listing.status == 200 and "acme-scoped" in listing.ids
+    assert "beta-scoped" not in listing.ids
+    assert (own, foreign) == (101, 403)
+    assert uploaded(server, token, wav) == (200, None)
+
+
+def test_an_admin_keys_token_reaches_another_tenant_only_when_its_mint_names_it(
+    server: ServerProcess,
+) -> None:
+    read = {"scopes": ["streams:read"]}
+    own, for_beta = (
+        mint(server, OPS, extra_body=read),
+        mint(server, OPS, extra_body={**read, "tenant": "beta"}),
+    )
+
+    async def scenario() -> tuple[Listed, Listed, int, int, Listed]:
         async with live(server, BETA, "beta-call"):
-            own = await asyncio.to_thread(listed, acme)
-            everyone = await asyncio.to_thread(listed, ops)
-            follow = follow_url(server.url, "beta-call", 0) + "&tenant=beta"
-            foreign = await status_of(follow, additional_headers=bearer(acme))
-            admin = await status_of(follow, additional_headers=bearer(ops))
-            return own, everyone, foreign, admin
+            follow = follow_url(server.url, "beta-call", 0)
+            own_listing = await asyncio.to_thread(listed, server, own)
+            beta_listing = await asyncio.to_thread(listed, server, for_beta)
+            naming = await status_of(follow + "&tenant=beta", additional_headers=bearer(own))
+            followed = await status_of(follow, additional_headers=bearer(for_beta))
+        async with live(server, for_beta, "opened-for-beta"):  # beta's stream, not ops'
+            by_beta = await asyncio.to_thread(listed, server, BETA)
+        return own_listing, beta_listing, naming, followed, by_beta
 
-    own, everyone, foreign, admin = run(scenario())
-    assert "beta-call" not in own and "beta-call" in everyone
-    assert (foreign, admin) == (403, 101)
+    own_listing, beta_listing, naming, followed, by_beta = run(scenario())
+    assert own_listing.status == 200 and "beta-call" not in own_listing.ids
+    assert "beta-call" in beta_listing.ids
+    assert (naming, followed) == (403, 101)
+    assert "opened-for-beta" in by_beta.ids
+
+
+def test_a_tokens_uploads_count_against_its_max_sessions(server: ServerProcess, wav: Path) -> None:
+    token = mint(server, extra_body={"scopes": ["files:write"], "max_sessions": 2})
+    assert uploaded(server, token, wav) == (200, None)
+
+    async def scenario() -> tuple[int, int]:
+        async with connect(f"{server.url}?token={token}"):  # its second and last session
+            refused = await asyncio.to_thread(uploaded, server, token, wav)
+        return refused, await status_of(f"{server.url}?token={token}")
+
+    (status, code), streamed = run(scenario())
+    assert (status, code, streamed) == (403, "client_secret_used_up", 403)
 
 
 def test_stats_and_metrics_take_keys_but_the_file_api_takes_tokens(
-    server: ServerProcess, speech: np.ndarray, tmp_path: Path
+    server: ServerProcess, wav: Path
 ) -> None:
-    token = mint(server, extra_body={"max_sessions": 1})
+    token = mint(server, extra_body={"max_sessions": 3, "scopes": ["files:write"]})
     assert [get(server, path, token) for path in ("/stats", "/metrics")] == [401, 401]
     assert [get(server, path, ACME) for path in ("/stats", "/metrics")] == [200, 200]
     assert get(server, "/v1/models", token) == 200
-    wav = tmp_path / "speech.wav"
-    sf.write(wav, speech, SR, subtype="PCM_16")
-    for _ in range(2):  # an upload opens no streaming session: the bound is untouched
+    for _ in range(2):  # each upload is one of the token's sessions
         with wav.open("rb") as audio:
             done = sdk(server, token).audio.transcriptions.create(model="whisper-1", file=audio)
         assert isinstance(done.text, str)

@@ -5,11 +5,15 @@ takes exactly the sessions `session.update` would. What it names of the audio fo
 language and the keywords (or a prompt that lists phrases: hotwords, as in a session) is
 what the secret pins for every session it opens. A `realtime` (conversation) session is
 taken too: this server transcribes, so only its `audio.input` and `include` matter.
+
+Beside OpenAI's fields the request may name ours: `max_sessions`, `scopes` (what the
+secret may do besides streaming; the names are the server's, passed in) and `tenant` (whose
+streams it speaks for; the server decides who may name which).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +26,8 @@ from streaming.protocols.openai.fields import (
     integer,
     obj,
     required,
+    strings,
+    text,
 )
 from streaming.protocols.openai.session import RealtimeSettings, parse_ga
 
@@ -29,8 +35,9 @@ from streaming.protocols.openai.session import RealtimeSettings, parse_ga
 MIN_TTL_S = 10
 MAX_TTL_S = 7200
 DEFAULT_TTL_S = 600
-#: `max_sessions` is ours: how many sessions the secret may open (at most the server's cap).
-REQUEST_KEYS = ("expires_after", "session", "max_sessions")
+#: Ours: `max_sessions`, how many sessions the secret may open (at most the server's cap);
+#: `scopes`, what it may do besides streaming; `tenant`, whose streams it speaks for.
+REQUEST_KEYS = ("expires_after", "session", "max_sessions", "scopes", "tenant")
 SESSION_KINDS = ("transcription", "realtime")
 #: What the SDK answers a session of each kind as.
 SESSION_OBJECTS = {
@@ -59,16 +66,24 @@ REALTIME_KEYS = (
 @dataclass(frozen=True, slots=True)
 class SecretRequest:
     """A checked request: how long the secret lives, how many sessions it opens, what it
-    pins, and the session object as given (echoed in the answer)."""
+    pins, the session object as given (echoed in the answer), the scopes it names and the
+    tenant it names (None: the minting key's)."""
 
     ttl_s: int
     max_sessions: int
     pins: Pins
     session: Mapping[str, Any]
+    scopes: frozenset[str] = frozenset()
+    tenant: str | None = None
 
 
-def parse_secret_request(body: object, max_sessions: int) -> SecretRequest:
-    """The request body, read as OpenAI reads it; raises RealtimeFieldError (a 400)."""
+def parse_secret_request(
+    body: object, max_sessions: int, scopes: Collection[str] = ()
+) -> SecretRequest:
+    """The request body, read as OpenAI reads it; raises RealtimeFieldError (a 400).
+
+    `scopes`: the names a request may ask for (any other is refused).
+    """
     if not isinstance(body, dict):
         raise RealtimeFieldError("The request body must be a JSON object.", None, INVALID_TYPE)
     check_keys(body, REQUEST_KEYS, "")
@@ -79,7 +94,18 @@ def parse_secret_request(body: object, max_sessions: int) -> SecretRequest:
         max_sessions=_max_sessions(body.get("max_sessions"), max_sessions),
         pins=session_pins(given),
         session=given,
+        scopes=_scopes(body.get("scopes"), scopes),
+        tenant=None if body.get("tenant") is None else text(body["tenant"], "tenant"),
     )
+
+
+def _scopes(value: object, known: Collection[str]) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    names = strings(value, "scopes")
+    for i, name in enumerate(names):
+        choice(name, known, f"scopes[{i}]")
+    return frozenset(names)
 
 
 def _ttl(value: object) -> int:
