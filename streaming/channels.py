@@ -166,6 +166,15 @@ class ChannelGroup:
     def resume_at(self) -> float:
         return max(s.resume_at for s in self.channels)
 
+    @property
+    def wake_at(self) -> float | None:
+        return min((t for s in self.channels if (t := s.wake_at) is not None), default=None)
+
+    def tick(self, now: float) -> None:
+        for session in self.channels:
+            session.tick(now)
+        self._collect()
+
     def _configure(self, command: Configure, now: float) -> None:
         fmt = command.audio
         if fmt.channels != len(self.channels):

@@ -41,6 +41,11 @@ class StreamSession(Protocol):
 
     def release_held(self) -> list[Final]: ...
 
+    @property
+    def wake_at(self) -> float | None: ...
+
+    def tick(self, now: float) -> None: ...
+
     def requests_to_submit(self) -> list[InferenceRequest]: ...
 
     @property
@@ -138,6 +143,15 @@ class SessionCore:
     def resume_at(self) -> float:
         """When the client's pace allows its next frame to be read."""
         return float("-inf") if self._core is None else self._core.resume_at
+
+    @property
+    def wake_at(self) -> float | None:
+        """When time alone gives the stream something to send (see `Session.wake_at`)."""
+        return None if self._core is None else self._core.wake_at
+
+    def tick(self, now: float) -> None:
+        if self._core is not None:
+            self._core.tick(now)
 
     def take_vad_job(self) -> VadJob | None:
         """A single stream's VAD work (channel groups judge theirs inline)."""

@@ -368,6 +368,17 @@ class Session:
         """The time before which the client's next frame is not read: its pace's bucket."""
         return self._meter.resume_at
 
+    @property
+    def wake_at(self) -> float | None:
+        """When the session has something to do with no input (finals redaction holds
+        fall due), for a client that sends nothing more; None: nothing."""
+        return None if self._redactor is None else self._redactor.due_at
+
+    def tick(self, now: float) -> None:
+        """Time passed with no input (`wake_at`): what has fallen due goes out."""
+        if not self._end_sent:
+            self._release_due(now)
+
     def resume(self, now: float) -> None:
         """Apply the oldest deferred command; raises what `handle` would have raised."""
         if self.has_deferred:

@@ -91,6 +91,8 @@ class Connection:
         # soon: an unkeyed peer may not hold a session slot by trickling other messages.
         self._start_deadline_s = start_deadline_s
         self._start_timer: asyncio.TimerHandle | None = None
+        # Wakes the session when time alone gives it something to send (`wake_at`).
+        self._wake: asyncio.TimerHandle | None = None
         self._configured = False
         self._ended = asyncio.Event()  # `Ended` was queued: followers have had the whole stream
         self._settled = asyncio.Event()  # nothing more will be published: ended or dropped
@@ -132,6 +134,8 @@ class Connection:
             self._finishing = True
             if self._start_timer is not None:
                 self._start_timer.cancel()
+            if self._wake is not None:
+                self._wake.cancel()
             for task in self._tasks:
                 task.cancel()
             # Released before the await: a second cancellation there must not leave the
@@ -344,10 +348,27 @@ class Connection:
                         self._outbox.put(event)
                     self._publish(event)
                 self._submit_requests()
+            self._arm_wake()
         except OutboxOverflowError as exc:
             self._stats.protocol_error(exc.code)
             log.warning("session %s: %s", self.session.session_id, exc)
             self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
+
+    def _arm_wake(self) -> None:
+        """A timer to the session's `wake_at`: finals that redaction holds go out on time
+        for a client that has stopped sending (and is waiting for them)."""
+        at = self.session.wake_at
+        if self._wake is not None:
+            if at is not None and self._wake.when() == at:
+                return
+            self._wake.cancel()
+            self._wake = None
+        if at is not None:
+            self._wake = self._loop.call_at(at, self._woken)
+
+    def _woken(self) -> None:
+        self._wake = None
+        self._step(partial(self.session.tick, self._loop.time()))
 
     def _submit_requests(self) -> None:
         self._open_engine_sessions()

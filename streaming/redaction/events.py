@@ -58,10 +58,15 @@ class EventRedactor:
             return []
         if busy:
             self._quiet_since = now
-        quiet = now - self._quiet_since >= HOLD_S
-        if quiet or now - self._held_since >= MAX_HOLD_S:
-            return self.release()
-        return []
+        at = self.due_at
+        return self.release() if at is not None and now >= at else []
+
+    @property
+    def due_at(self) -> float | None:
+        """When the held finals are due if nothing more is said (None: none is held)."""
+        if not self._held:
+            return None
+        return min(self._quiet_since + HOLD_S, self._held_since + MAX_HOLD_S)
 
     def release(self) -> list[Final]:
         """The held finals, now (the stream ends, or another event must follow them)."""

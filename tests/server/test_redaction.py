@@ -257,3 +257,30 @@ def test_a_card_read_at_the_pace_of_speech_with_a_long_pause_is_caught(
     finals = [str(e["text"]) for e in sent if e["type"] == "final"]
     assert len(finals) == 2 and all("[PCI]" in text for text in finals), finals
     assert not any(ch.isdigit() for e in sent for ch in str(e.get("text", ""))), sent
+
+
+def test_a_held_final_goes_out_on_time_to_a_client_that_sends_nothing_more(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # The client has sent its audio and waits (no `stop`, no more frames): the final that
+    # redaction holds must come when its wait is over, not at the idle timeout (30 s).
+    wav = recording(tmp_path, "my card number is five five five five five five five five")
+
+    async def run() -> tuple[dict[str, object], float]:
+        async with websockets.connect(server.url) as ws:
+            await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+            samples, _ = soundfile.read(wav, dtype="int16")
+            audio = samples.tobytes() + bytes(2 * 16000 * 2)  # 2 s of silence after
+            for i in range(0, len(audio), 3200):
+                await ws.send(audio[i : i + 3200])
+            sent = asyncio.get_running_loop().time()
+            async with asyncio.timeout(10):
+                async for message in ws:
+                    event = json.loads(message)
+                    if event["type"] == "final":
+                        return event, asyncio.get_running_loop().time() - sent
+        raise AssertionError("the stream ended without its final")
+
+    final, after_s = asyncio.run(run())
+    assert "[PCI]" in str(final["text"]) and not any(c.isdigit() for c in str(final["text"]))
+    assert after_s < 6.0  # HOLD_S (3 s) of quiet after the final, and its decode

@@ -15,6 +15,7 @@ from streaming.errors import InvalidFieldError
 from streaming.events import Final
 from streaming.limits import SessionLimits
 from streaming.protocols.v1.codec import V1Codec
+from streaming.redaction.events import HOLD_S
 from streaming.redaction.policies import Policy, Redaction
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
@@ -251,3 +252,18 @@ def test_held_finals_are_released_for_a_client_that_went_away() -> None:
     (held,) = s.release_held()
     assert held.transcript.text == "My card number is [PCI]"
     assert s.release_held() == []
+
+
+def test_a_held_final_falls_due_with_no_input_at_its_wake_time() -> None:
+    # A client that has sent all it had and waits: time alone must release the final.
+    s = redacting_session()
+    audio = to_s16le(tone_bursts([(0.3, 2.3)], 3.5))
+    assert at_real_pace(s, audio, {(0, 0): "My card number is 4111 1111"}, stop=False) == []
+    wake = s.wake_at
+    assert wake is not None and 2.3 + HOLD_S <= wake <= 3.5 + HOLD_S
+    s.tick(wake - 0.01)
+    assert [e for e in s.events_to_send() if isinstance(e, Final)] == []
+    s.tick(wake)
+    (out,) = [e for e in s.events_to_send() if isinstance(e, Final)]
+    assert out.transcript.text == "My card number is [PCI]"
+    assert s.wake_at is None
