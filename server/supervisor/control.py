@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from engine.remote.unix import bind_private
-from server.host.admission import Admission
+from server.host.admission import Admission, Kind
 from server.host.channel import Channel, ChannelClosedError
 from server.host.messages import (
     Acquire,
@@ -147,6 +147,17 @@ class Control:
             if link in (follow.owner, follow.follower):
                 del self._follows[follow_id]
         log.info("worker %d left: %d lease(s) released", link.worker, released)
+
+    def leases(self, worker: int | None = None) -> dict[str, int]:
+        """The leases held, by kind: host-wide, or by `worker`'s current process (none
+        while it is not connected: a dead one's are not its successor's)."""
+        if worker is None:
+            return {kind.value: self.admission.count(kind) for kind in Kind}
+        link = self.links.get(worker)
+        owner = link.owner if link is not None else None
+        return {
+            kind.value: 0 if owner is None else self.admission.count(kind, owner) for kind in Kind
+        }
 
     # ---- calls -------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from server.host.admission import Admission, limits_of
 from server.host.exposition import Exposition, merge
 from server.host.messages import Gathered, Topic
 from server.http.listener import bind, bound_port
-from server.supervisor.children import Child, ChildSpec
+from server.supervisor.children import Child, ChildSpec, Keeper
 from server.supervisor.control import Control
 from server.supervisor.scrape import scrape_engine
 
@@ -62,7 +62,13 @@ class Supervisor:
             ["role"],
             registry=self._registry,
         )
-        self._keepers: set[asyncio.Task[None]] = set()
+        self._lost = Gauge(
+            "supervisor_children_lost",
+            "Child processes given up: they kept failing their restarts",
+            ["role"],
+            registry=self._registry,
+        )
+        self._keeper = Keeper(self._fatal_exit)
         self.control = Control(Admission(limits_of(config.limits)), self._gathered)
         self.engines: list[tuple[Child, str]] = []  # (child, device)
         self.workers: list[Child] = []
@@ -71,7 +77,8 @@ class Supervisor:
         self._fatal: str | None = None
 
     async def run(self, on_listening: Callable[[int], None]) -> int:
-        """Serve until SIGTERM/SIGINT (0) or a child that cannot start (2)."""
+        """Serve until SIGTERM/SIGINT (0), or a lost child that stops the host (2): one
+        that cannot start, or the last of its kind given up."""
         listen = self.config.listen
         sockets = bind(listen.host, listen.port, self.config.limits.send_buffer_bytes)
         ops: list[socket.socket] = []
@@ -105,7 +112,7 @@ class Supervisor:
             paths = [os.path.join(runtime, f"engine-{i}") for i in range(len(devices))]
             for path, device in zip(paths, devices, strict=True):
                 spec = ChildSpec(f"engine {device}", self._engine_argv(path, device), "engine")
-                self.engines.append((self._child(spec), device))
+                self.engines.append((Child(spec), device))
             self._engine_paths = tuple(paths)
             engine_url = "unix:" + ",".join(paths)
         else:
@@ -124,29 +131,21 @@ class Supervisor:
                 first if index == 0 else None,
                 self._worker_env,
             )
-            self.workers.append(self._child(spec))
+            self.workers.append(Child(spec))
         for child in (*(c for c, _ in self.engines), *self.workers):
             await child.start()
-            self._watch(child)
-
-    def _child(self, spec: ChildSpec) -> Child:
-        return Child(spec, self._fatal_exit)
+            self._keeper.watch(child)
 
     def _fatal_exit(self, why: str) -> None:
         self._fatal = self._fatal or why
         self._stop.set()
-
-    def _watch(self, child: Child) -> None:
-        self._keepers.add(asyncio.create_task(child.keep(), name=f"keep-{child.spec.name}"))
 
     async def _shutdown(self) -> None:
         """Workers first (they drain their sessions), then the engines they decode on."""
         drain_s = self.config.shutdown_timeout_s + STOP_MARGIN_S
         await asyncio.gather(*(w.stop(drain_s) for w in self.workers))
         await asyncio.gather(*(e.stop(drain_s) for e, _ in self.engines))
-        for task in self._keepers:
-            task.cancel()
-        await asyncio.gather(*self._keepers, return_exceptions=True)
+        await self._keeper.close()
         await self.control.close()
 
     def _engine_argv(self, path: str, device: str) -> tuple[str, ...]:
@@ -181,16 +180,21 @@ class Supervisor:
     # ---- gathers -----------------------------------------------------------------------
 
     def processes(self, reports: dict[int, Any]) -> dict[str, object]:
-        """The `processes` of /stats: who runs, with each worker's sessions."""
+        """The `processes` of /stats: who runs, with each worker's sessions, and the
+        supervisor's lease table (host-wide and by worker, read together)."""
         workers = []
         for index, child in enumerate(self.workers):
             report = reports.get(index)
             sessions = report.get("sessions") if isinstance(report, dict) else None
-            workers.append({"worker": index, "pid": child.pid, "sessions": sessions})
+            leases = self.control.leases(index)
+            workers.append(
+                {"worker": index, "pid": child.pid, "sessions": sessions, "leases": leases}
+            )
         return {
             "supervisor": os.getpid(),
             "engines": [{"pid": c.pid, "device": device} for c, device in self.engines],
             "workers": workers,
+            "leases": self.control.leases(),
         }
 
     async def _gathered(self, topic: Topic, answers: list[tuple[int, object]]) -> object:
@@ -203,6 +207,7 @@ class Supervisor:
         """Every process's series in one exposition, each labelled by its process."""
         for role, children in (("engine", [c for c, _ in self.engines]), ("worker", self.workers)):
             self._restarts.labels(role).set(sum(c.restarts for c in children))
+            self._lost.labels(role).set(self._keeper.lost(role))
         parts = [Exposition({"process": "supervisor"}, generate_latest(self._registry).decode())]
         for index, text in answers:
             if isinstance(text, bytes):
