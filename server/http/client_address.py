@@ -1,10 +1,12 @@
 """The client's address when proxies stand in front: which proxies to believe, and RFC 7239.
 
-`X-Forwarded-For` is read by uvicorn's own `ProxyHeadersMiddleware` (given the same trusted
-list); this module adds the standard `Forwarded` header, which uvicorn does not read. Both
-take the right-most address that is not itself a trusted proxy: every proxy appends the
-address it received the request from, so entries left of the first untrusted one were
-written by the client and may be forged.
+A request from a trusted proxy names its client in `X-Forwarded-For`, RFC 7239 `Forwarded`
+or both. Each is walked from the right to the first address that is not itself a trusted
+proxy: every proxy appends the address it received the request from, so entries left of
+the first untrusted one were written by the client and may be forged. A proxy passes on
+the header it does not write as the client sent it, and nothing in the request says
+which one the trusted hop wrote: when both name an untrusted client and the two differ,
+neither is believed and the proxy's own address stands.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: Unquoted values are read leniently (a bracketed IPv6 address some proxies leave bare).
 _PAIR = re.compile(r'\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;,"]*)\s*')
 _ESCAPE = re.compile(r"\\(.)")
+#: The schemes a Forwarded `proto=` (or X-Forwarded-Proto) may set.
+_PROTOS = ("http", "https")
+PROTO = b"x-forwarded-proto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,23 +124,80 @@ def node_address(node: str) -> tuple[str, int] | None:
     return str(address), int(port) if port.isdigit() else 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Hop:
+    """One entry of a forwarding header: its address (None: not one) and proto."""
+
+    address: tuple[str, int] | None
+    proto: str | None = None
+
+    def client(self) -> Forwarded | None:
+        if self.address is None:
+            return None
+        return Forwarded(self.address[0], self.address[1], self.proto)
+
+
+def _forwarded_hops(value: str) -> list[_Hop] | None:
+    """A Forwarded header's hops, left to right; None if malformed."""
+    elements = forwarded_elements(value)
+    if elements is None:
+        return None
+    hops = []
+    for pairs in elements:
+        proto = pairs.get("proto", "").lower()
+        hops.append(_Hop(node_address(pairs.get("for", "")), proto if proto in _PROTOS else None))
+    return hops
+
+
+def _xff_hops(value: str, proto: str | None) -> list[_Hop]:
+    """X-Forwarded-For's hops; X-Forwarded-Proto (one scheme, the nearest proxy's)
+    goes with the client it names, the right-most."""
+    hops = [_Hop(node_address(entry.strip())) for entry in value.split(",")]
+    if hops and proto in _PROTOS:
+        hops[-1] = _Hop(hops[-1].address, proto)
+    return hops
+
+
+def _walk(hops: list[_Hop], trusted: TrustedProxies) -> _Hop | None:
+    """The right-most hop that is not a trusted proxy; None when every hop is one."""
+    for hop in reversed(hops):
+        if hop.address is None or not trusted.trusts(hop.address[0]):
+            return hop
+    return None
+
+
+def _host(hop: _Hop) -> str | None:
+    return hop.address[0] if hop.address is not None else None
+
+
+def proxied_client(
+    xff: list[str], forwarded: list[str], trusted: TrustedProxies, xff_proto: str | None = None
+) -> Forwarded | None:
+    """The client that a trusted peer's `X-Forwarded-For` and `Forwarded` values name, or
+    None for the peer's own address: a malformed Forwarded, a client that is `unknown`, an
+    obfuscated name, or two headers that name different untrusted clients.
+
+    Both headers make one chain, Forwarded's hops nearest: a header whose hops are all
+    trusted hands the walk on to the other (one proxy writes XFF, the next Forwarded).
+    """
+    x_hops = _xff_hops(", ".join(xff), xff_proto) if xff else []
+    f_hops = _forwarded_hops(", ".join(forwarded)) if forwarded else []
+    if f_hops is None:  # a client can break the header a proxy then appends to
+        return None
+    x_client, f_client = _walk(x_hops, trusted), _walk(f_hops, trusted)
+    if x_client is not None and f_client is not None and _host(x_client) != _host(f_client):
+        return None  # one of them is the client's own, and nothing says which
+    chain = [*x_hops, *f_hops]
+    if not chain:
+        return None
+    chosen = _walk(chain, trusted) or chain[0]  # all trusted: the left-most originated it
+    return chosen.client()
+
+
 def forwarded_client(value: str, trusted: TrustedProxies) -> Forwarded | None:
     """The right-most node of `Forwarded: value` that is not a trusted proxy, or None when
     that node is unknown, obfuscated or malformed (the peer's own address then stands)."""
-    elements = forwarded_elements(value)
-    if not elements:
-        return None
-    chosen = elements[0]  # every hop trusted: the left-most is the originating client
-    for pairs in reversed(elements):
-        node = node_address(pairs.get("for", ""))
-        if node is None or not trusted.trusts(node[0]):
-            chosen = pairs
-            break
-    node = node_address(chosen.get("for", ""))
-    if node is None:
-        return None
-    proto = chosen.get("proto", "").lower()
-    return Forwarded(node[0], node[1], proto if proto in ("http", "https") else None)
+    return proxied_client([], [value], trusted)
 
 
 def _headers(scope: dict[str, Any], name: bytes) -> Iterator[str]:
@@ -145,10 +207,11 @@ def _headers(scope: dict[str, Any], name: bytes) -> Iterator[str]:
 
 
 class ForwardedHeader:
-    """ASGI layer: the client address from `Forwarded` when a trusted proxy sent it.
+    """ASGI layer: the client address from the forwarding headers a trusted proxy sent.
 
-    It runs after uvicorn's X-Forwarded-For middleware and leaves any request that carries
-    `X-Forwarded-For` to it, so one header decides and the peer it checks is the socket's.
+    It decides from the socket's peer (`scope["client"]`: uvicorn's own X-Forwarded-For
+    handling is off, see `listener.asgi_server`), so a client-written header never decides
+    alone.
     """
 
     def __init__(self, app: Any, trusted: TrustedProxies) -> None:
@@ -162,12 +225,13 @@ class ForwardedHeader:
 
     def _rewritten(self, scope: dict[str, Any]) -> dict[str, Any]:
         peer = scope.get("client")
-        if not peer or next(_headers(scope, b"x-forwarded-for"), None) is not None:
+        if not peer or not self.trusted.trusts(str(peer[0])):
             return scope
-        values = list(_headers(scope, b"forwarded"))
-        if not values or not self.trusted.trusts(peer[0]):
+        xff = list(_headers(scope, b"x-forwarded-for"))
+        forwarded = list(_headers(scope, b"forwarded"))
+        if not xff and not forwarded:
             return scope
-        client = forwarded_client(", ".join(values), self.trusted)
+        client = proxied_client(xff, forwarded, self.trusted, _last(_headers(scope, PROTO)))
         if client is None:
             return scope
         scope = {**scope, "client": (client.host, client.port)}
@@ -175,6 +239,12 @@ class ForwardedHeader:
             websocket = scope["type"] == "websocket"
             scope["scheme"] = client.proto.replace("http", "ws") if websocket else client.proto
         return scope
+
+
+def _last(values: Iterator[str]) -> str | None:
+    """The right-most entry of a comma-separated header: what the nearest proxy wrote."""
+    entries = [e.strip().lower() for v in values for e in v.split(",") if e.strip()]
+    return entries[-1] if entries else None
 
 
 def client_host(conn: HTTPConnection) -> str:

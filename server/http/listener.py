@@ -71,9 +71,11 @@ def asgi_server(
 ) -> QuietServer:
     """An ASGI server for `app` that leaves logging and signals to us.
 
-    With `trusted_proxies`, a request from one of them is the client its forwarding header
-    names: uvicorn reads X-Forwarded-For (and X-Forwarded-Proto), `ForwardedHeader` reads
-    RFC 7239 `Forwarded`. Without, the peer is the socket's, whatever the headers say.
+    With `trusted_proxies`, a request from one of them is the client its forwarding headers
+    name: `ForwardedHeader` reads X-Forwarded-For (with X-Forwarded-Proto) and RFC 7239
+    `Forwarded` together; uvicorn's own reading of X-Forwarded-For is off, so that a
+    client's header cannot decide before ours. Without, the peer is the socket's, whatever
+    the headers say.
     """
     trusted = trusted_proxies or TrustedProxies()
     config = uvicorn.Config(
@@ -81,9 +83,8 @@ def asgi_server(
         lifespan="off",
         log_config=None,
         access_log=False,
-        # Never uvicorn's default list (127.0.0.1 or $FORWARDED_ALLOW_IPS): only ours.
-        proxy_headers=bool(trusted),
-        forwarded_allow_ips=trusted.as_strings(),
+        # ForwardedHeader reads both forwarding headers, from the socket's peer.
+        proxy_headers=False,
         server_header=False,
         ws="websockets-sansio",
         http=PlainPortProtocol,

@@ -14,7 +14,13 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from server.config import ServerConfig, load_config
-from server.http.client_address import Forwarded, TrustedProxies, forwarded_client
+from server.http.client_address import (
+    Forwarded,
+    ForwardedHeader,
+    TrustedProxies,
+    forwarded_client,
+    proxied_client,
+)
 from tests.server.conftest import ServerProcess
 
 TIMEOUT_S = 60.0
@@ -102,6 +108,67 @@ def test_an_rfc_7239_forwarded_header_names_the_client(proxied: ServerProcess) -
     assert seen == ["ready", "ready", "server_full"]
 
 
+def test_a_clients_x_forwarded_for_cannot_override_a_proxys_forwarded(
+    proxied: ServerProcess,
+) -> None:
+    # The proxy (127.0.0.1) writes only `Forwarded`; the client's own X-Forwarded-For
+    # passes through it. A fresh forged XFF per connection must not be a fresh address.
+    seen = sessions(
+        proxied.url,
+        ({"Forwarded": "for=198.51.100.40", "X-Forwarded-For": "203.0.113.41"}, "127.0.0.1"),
+        ({"Forwarded": "for=198.51.100.40", "X-Forwarded-For": "203.0.113.42"}, "127.0.0.1"),
+        ({"Forwarded": "for=198.51.100.40"}, "127.0.0.1"),  # without XFF: its own address
+    )
+    assert seen == ["ready", "server_full", "ready"]
+
+
+def test_a_clients_forwarded_cannot_override_a_proxys_x_forwarded_for(
+    proxied: ServerProcess,
+) -> None:
+    # The reverse: a proxy that writes only X-Forwarded-For (the nginx example in
+    # docs/deploy.md) passes the client's own `Forwarded` through.
+    seen = sessions(
+        proxied.url,
+        ({"X-Forwarded-For": "198.51.100.50", "Forwarded": "for=203.0.113.51"}, "127.0.0.1"),
+        ({"X-Forwarded-For": "198.51.100.50", "Forwarded": "for=203.0.113.52"}, "127.0.0.1"),
+    )
+    assert seen == ["ready", "server_full"]
+
+
+TRUSTED = TrustedProxies.parse("10.0.0.0/8")
+
+
+@pytest.mark.parametrize(
+    ("xff", "forwarded", "client"),
+    [
+        # A proxy that writes both: they agree, and Forwarded's proto is kept.
+        ("198.51.100.1", "for=198.51.100.1;proto=https", Forwarded("198.51.100.1", 0, "https")),
+        # Only one header: the right-most untrusted entry, as before.
+        ("198.51.100.2, 10.0.0.9", None, Forwarded("198.51.100.2")),
+        (None, "for=198.51.100.3, for=10.0.0.9", Forwarded("198.51.100.3")),
+        # They name different clients: one of them is the client's own; neither is believed.
+        ("203.0.113.9", "for=198.51.100.4", None),
+        ("198.51.100.5", "for=203.0.113.9", None),
+        ("203.0.113.9", "for=unknown", None),
+        # A header that names only trusted hops hands the walk on to the other one: a
+        # Forwarded-writing proxy behind one that writes XFF, and the reverse.
+        ("198.51.100.6", "for=10.0.0.7", Forwarded("198.51.100.6")),
+        ("10.0.0.7", "for=198.51.100.7", Forwarded("198.51.100.7")),
+        ("10.0.0.1", "for=10.0.0.2", Forwarded("10.0.0.1")),  # all trusted: the left-most
+        # A Forwarded header a client made malformed (a proxy appends to it) is no reason
+        # to fall back to the client's XFF.
+        ("203.0.113.9", 'for="198.51.100.8, for=198.51.100.8', None),
+        ("[2001:db8::1]:4711", 'for="[2001:db8::1]"', Forwarded("2001:db8::1")),
+    ],
+)
+def test_both_forwarding_headers_name_the_client_only_when_they_agree(
+    xff: str | None, forwarded: str | None, client: Forwarded | None
+) -> None:
+    xffs = [xff] if xff is not None else []
+    forwardeds = [forwarded] if forwarded is not None else []
+    assert proxied_client(xffs, forwardeds, TRUSTED) == client
+
+
 def test_the_right_most_untrusted_forwarded_node_is_the_client() -> None:
     trusted = TrustedProxies.parse("10.0.0.0/8, 192.0.2.7")
     header = 'for=198.51.100.9, For="[2001:DB8::7]:4711";proto=HTTPS, for=10.0.0.5;by=x'
@@ -137,3 +204,27 @@ def test_forwarded_allow_ips_comes_from_the_environment_and_trusts_its_ranges() 
     assert trusted.trusts("10.200.0.1") and trusted.trusts("::1")
     assert not trusted.trusts("11.0.0.1") and not trusted.trusts("::2")
     assert not ServerConfig().listen.trusted_proxies  # none by default
+
+
+def test_x_forwarded_proto_goes_with_the_client_x_forwarded_for_names() -> None:
+    # uvicorn's own reading of X-Forwarded-For is off: the scheme is ours to take too.
+    assert proxied_client(["198.51.100.1"], [], TRUSTED, "https") == Forwarded(
+        "198.51.100.1", 0, "https"
+    )
+    assert proxied_client(["198.51.100.1"], [], TRUSTED, "gopher") == Forwarded("198.51.100.1")
+
+
+def test_the_asgi_layer_rewrites_client_and_scheme_only_for_a_trusted_peer() -> None:
+    seen: list[dict[str, object]] = []
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        seen.append(scope)
+
+    headers = [(b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-proto", b"http, https")]
+    layer = ForwardedHeader(app, TRUSTED)
+    for peer in (("10.0.0.9", 5000), ("203.0.113.7", 5000)):
+        scope = {"type": "websocket", "client": peer, "scheme": "ws", "headers": headers}
+        asyncio.run(layer(scope, None, None))
+    trusted, untrusted = seen
+    assert (trusted["client"], trusted["scheme"]) == (("198.51.100.1", 0), "wss")
+    assert (untrusted["client"], untrusted["scheme"]) == (("203.0.113.7", 5000), "ws")
