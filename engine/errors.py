@@ -51,6 +51,13 @@ class HotwordError(RequestError):
     code = "unsupported_hotword"
 
 
+class HotwordLimitError(HotwordError):
+    """Hotwords too many or too long for one context graph (its size in tokens is capped).
+
+    Same code as HotwordError: every protocol already refuses a stream's hotwords with it.
+    """
+
+
 class BackendOutOfMemoryError(EngineError):
     """The backend ran out of memory for a batch."""
 

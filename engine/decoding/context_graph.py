@@ -5,17 +5,37 @@ of the partial match it stands for; a token that deepens the match earns the phr
 per-token boost, and a token that breaks it falls back along the fail links and gives back
 what the broken part earned, so only completed phrases keep a bonus in the end (the method
 of icefall's ``ContextGraph``).
+
+The graph holds one edge per trie edge and follows fail links as it steps, so it grows
+with its phrases' tokens and no faster (a table of every state's transitions can copy one
+state's branches into thousands of others); the tokens are capped.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.errors import HotwordLimitError
+
 #: The state every hypothesis starts in: no partial match.
 ROOT = 0
+
+#: Most tokens a graph's distinct phrases may hold, which bounds its states, edges and
+#: bytes: a thousand phrases of 16 tokens (a name or term of a few words takes 2 to 8).
+#: A graph this size holds about 5 MiB and takes 0.1 s to build.
+MAX_GRAPH_TOKENS = 16_384
+
+#: Bytes of an int object the graph holds (edge keys and targets, token ids: under 2**30).
+_INT_BYTES = 28
+#: Ints up to this one are shared objects that no graph adds to memory.
+_SMALL_INT = 256
+#: Bytes of a float object.
+_FLOAT_BYTES = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +70,20 @@ class ContextGraph:
 
     ``phrases`` holds the distinct phrases (a repeated token sequence keeps its larger
     boost, at its first position); the phrase indices that ``step`` reports index it.
+    Raises HotwordLimitError, before building anything, when they hold more than
+    ``max_tokens`` tokens.
     """
 
-    __slots__ = ("_acc", "_arrive", "_ceiling", "_goto", "_phrases", "_root_goto")
+    __slots__ = ("_acc", "_arrive", "_ceiling", "_edges", "_fail", "_nbytes", "_phrases", "_size")
 
-    def __init__(self, phrases: Sequence[Phrase]) -> None:
+    def __init__(self, phrases: Sequence[Phrase], max_tokens: int = MAX_GRAPH_TOKENS) -> None:
         self._phrases = _dedupe(phrases)
+        tokens = sum(len(p.tokens) for p in self._phrases)
+        if tokens > max_tokens:
+            raise HotwordLimitError(
+                f"{len(self._phrases)} phrases make a context graph of {tokens} tokens; "
+                f"at most {max_tokens}"
+            )
         trie = _build_trie(self._phrases)
         fail, order = _fail_links(trie.children)
         # Partial-match bonus of each node: the boosts along its path from the root.
@@ -64,10 +92,17 @@ class ContextGraph:
             for child in trie.children[node].values():
                 acc[child] = acc[node] + trie.token_boost[child]
         self._acc: tuple[float, ...] = tuple(acc)
-        self._root_goto: dict[int, int] = trie.children[ROOT]
-        self._goto: tuple[dict[int, int], ...] = _goto_tables(trie.children, fail, order)
+        self._fail = array("q", fail)
+        # Every trie edge in one table, keyed token * states + state: no dict per state.
+        self._size = len(fail)
+        self._edges = {
+            token * self._size + node: child
+            for node, kids in enumerate(trie.children)
+            for token, child in kids.items()
+        }
         self._arrive = _arrivals(trie, self._phrases, fail, order, self._acc)
-        self._ceiling = _ceilings(self._goto, self._root_goto, self._arrive, self._acc)
+        self._ceiling = _ceilings(trie.children, fail, order, self._arrive, self._acc)
+        self._nbytes = self._footprint()
 
     @property
     def phrases(self) -> tuple[Phrase, ...]:
@@ -79,6 +114,11 @@ class ContextGraph:
         """Number of automaton states, root included (at most 1 + total phrase tokens)."""
         return len(self._acc)
 
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes this graph holds (its tables, edges and phrases)."""
+        return self._nbytes
+
     def step(self, state: int, token: int) -> tuple[float, int, int | None]:
         """Advance ``state`` by ``token``: (bonus to add, next state, completed phrase or None).
 
@@ -86,10 +126,16 @@ class ContextGraph:
         is withdrawn. When phrases complete, the bonus includes every phrase ending here
         (the longest is reported), and they keep it whatever comes next.
         """
-        node = self._goto[state].get(token)
-        if node is None:
-            node = self._root_goto.get(token, ROOT)
-        gain, next_state, phrase = self._arrive[node]
+        edges = self._edges
+        key = token * self._size
+        node = edges.get(key + state)
+        at = state
+        # Follow fail links until a state continues with the token: each is shallower, so
+        # the walk is at most as long as the match so far.
+        while node is None and at != ROOT:
+            at = self._fail[at]
+            node = edges.get(key + at)
+        gain, next_state, phrase = self._arrive[ROOT if node is None else node]
         return gain - self._acc[state], next_state, phrase
 
     def max_bonus(self, state: int) -> float:
@@ -99,6 +145,24 @@ class ContextGraph:
     def finish(self, state: int) -> float:
         """Bonus to add at the end of decoding: withdraws an unfinished partial match."""
         return -self._acc[state]
+
+    def _footprint(self) -> int:
+        """Bytes of everything the graph alone keeps alive, objects in its tuples included."""
+        size = self._size
+        edges = sys.getsizeof(self._edges) + 2 * _INT_BYTES * len(self._edges)
+        # Per state: its partial bonus (a float) and its arrival: a tuple of a float, a state
+        # (the int an edge holds) and a phrase index (the phrases' few).
+        states = (
+            sys.getsizeof(self._acc)
+            + sys.getsizeof(self._arrive)
+            + size * (2 * _FLOAT_BYTES + sys.getsizeof(self._arrive[ROOT]))
+        )
+        phrases = sys.getsizeof(self._phrases) + sum(
+            sys.getsizeof(p) + sys.getsizeof(p.tokens) + _FLOAT_BYTES for p in self._phrases
+        )
+        tokens = sum(t > _SMALL_INT for p in self._phrases for t in p.tokens)
+        arrays = sys.getsizeof(self._fail) + sys.getsizeof(self._ceiling)
+        return edges + states + phrases + _INT_BYTES * tokens + arrays
 
 
 def _dedupe(phrases: Sequence[Phrase]) -> tuple[Phrase, ...]:
@@ -149,26 +213,6 @@ def _fail_links(children: list[dict[int, int]]) -> tuple[list[int], list[int]]:
     return fail, order
 
 
-def _goto_tables(
-    children: list[dict[int, int]], fail: list[int], order: list[int]
-) -> tuple[dict[int, int], ...]:
-    """Per state, every transition that lands deeper than the root's children.
-
-    Transitions to the root's children (or to the root) are the same from every state, so
-    ``step`` falls back to the root's table for them; this keeps each table small.
-    """
-    empty: dict[int, int] = {}
-    goto: list[dict[int, int]] = [empty] * len(children)
-    for node in order[1:]:
-        inherited = goto[fail[node]] if fail[node] != ROOT else empty
-        if children[node]:
-            goto[node] = {**inherited, **children[node]}
-        else:
-            # A leaf moves exactly as its fail target does: share that (never mutated) table.
-            goto[node] = inherited
-    return tuple(goto)
-
-
 def _arrivals(
     trie: _Trie,
     phrases: Sequence[Phrase],
@@ -199,20 +243,18 @@ def _arrivals(
 
 
 def _ceilings(
-    goto: Sequence[dict[int, int]],
-    root_goto: dict[int, int],
+    children: list[dict[int, int]],
+    fail: list[int],
+    order: list[int],
     arrive: Sequence[tuple[float, int, int | None]],
     acc: Sequence[float],
-) -> tuple[float, ...]:
+) -> array[float]:
     """Per state, a bound on any step's bonus, so a search can skip hopeless extensions."""
-    # An unmatched token lands on the root (gain 0); a root child may be reached from
-    # anywhere. Counting every root child even where a deeper match shadows it only
+    # A token from a state lands on a child of a state on its fail chain, the root's
+    # included, or on the root (gain 0). Counting a child that a deeper one shadows only
     # loosens the bound.
-    from_root = max([0.0, *(arrive[node][0] for node in root_goto.values())])
-    best_of_table: dict[int, float] = {}
-    for table in goto:
-        if id(table) not in best_of_table:
-            best_of_table[id(table)] = max([0.0, *(arrive[node][0] for node in table.values())])
-    return tuple(
-        max(from_root, best_of_table[id(table)]) - acc[state] for state, table in enumerate(goto)
-    )
+    best = [0.0] * len(fail)
+    for state in order:
+        below = 0.0 if state == ROOT else best[fail[state]]
+        best[state] = max([below, *(arrive[child][0] for child in children[state].values())])
+    return array("d", (best[state] - acc[state] for state in range(len(fail))))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+import tracemalloc
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.decoding.context_graph import ROOT, ContextGraph, Phrase
+from engine.decoding import context_graph
+from engine.decoding.context_graph import MAX_GRAPH_TOKENS, ROOT, ContextGraph, Phrase
+from engine.errors import HotwordLimitError
 
 
 def walk(graph: ContextGraph, tokens: Sequence[int]) -> tuple[list[float], list[int | None], int]:
@@ -190,3 +194,78 @@ def test_max_bonus_bounds_every_step_from_every_state(phrases: list[Phrase]) -> 
     for state in range(graph.num_states):
         best = max(graph.step(state, token)[0] for token in range(7))
         assert best <= graph.max_bonus(state) + 1e-9
+
+
+def hub_and_runs(branches: int, runs: int, length: int) -> list[Phrase]:
+    """The densest list for a graph that tabulates every state's transitions: many phrases
+    branching off one hub token, and long runs of the hub after distinct first tokens.
+
+    Every state of a run falls back to the hub, so a table per state repeats every branch:
+    a bound in tokens alone bounds nothing unless the graph grows with its tokens.
+    """
+    hub = 1
+    branching = [Phrase((hub, 1000 + j), 1.0) for j in range(branches)]
+    long_runs = [Phrase((5000 + i, *(hub,) * (length - 1)), 1.0) for i in range(runs)]
+    return branching + long_runs
+
+
+def test_a_graph_takes_memory_in_proportion_to_its_tokens() -> None:
+    phrases = hub_and_runs(250, 240, 64)
+    tokens = sum(len(p.tokens) for p in phrases)
+    tracemalloc.start()
+    try:
+        graph = ContextGraph(phrases)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # 15,860 tokens: tabulated per state, this graph held 135 MiB (8.9 KB a token).
+    assert held < 512 * tokens, f"{held / 2**20:.1f} MiB for {tokens} tokens"
+    assert graph.num_states == 1 + 1 + 250 + 240 * 64  # the branches share the hub's state
+    # It still matches what it should: a run earns its bonus, a branch earns its own.
+    run = phrases[-1].tokens
+    assert total(graph, [7, *run, 7]) == pytest.approx(64.0)
+    assert total(graph, [5000, 1, 1, 1005]) == pytest.approx(2.0)
+
+
+def test_a_graph_holds_up_to_its_token_cap_and_refuses_one_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    full = [Phrase((5000 + i, *range(1000, 1063)), 1.0) for i in range(MAX_GRAPH_TOKENS // 64)]
+    assert sum(len(p.tokens) for p in full) == MAX_GRAPH_TOKENS
+    assert ContextGraph([*full, *full]).num_states == 1 + MAX_GRAPH_TOKENS  # repeats: once
+
+    # One token more is refused by its count, before the trie is built.
+    def never(phrases: Sequence[Phrase]) -> None:
+        pytest.fail(f"a trie was built for {len(phrases)} phrases over the cap")
+
+    monkeypatch.setattr(context_graph, "_build_trie", never)
+    with pytest.raises(HotwordLimitError, match=f"of {MAX_GRAPH_TOKENS + 1} tokens; at most"):
+        ContextGraph([*full, Phrase((7,), 1.0)])
+    with pytest.raises(HotwordLimitError, match="2 phrases make a context graph of 3 tokens"):
+        ContextGraph([Phrase((1, 2), 1.0), Phrase((3,), 1.0)], max_tokens=2)
+
+
+def random_phrases(count: int, seed: int) -> list[Phrase]:
+    """Phrases like a tokenizer's: 1 to 16 ids from a 25,000-piece vocabulary."""
+    rng = random.Random(seed)
+    return [
+        Phrase(tuple(rng.randrange(25_000) for _ in range(rng.randint(1, 16))), 2.0)
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: hub_and_runs(250, 240, 64), lambda: random_phrases(1000, seed=3)],
+    ids=["hub-and-runs", "random"],
+)
+def test_a_graph_s_estimated_size_is_the_memory_it_holds(
+    make: Callable[[], list[Phrase]],
+) -> None:
+    tracemalloc.start()
+    try:
+        graph = ContextGraph(make())  # the phrases it keeps are its own
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 0.8 * held <= graph.nbytes <= 1.25 * held
