@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -36,6 +37,7 @@ from server.host.admission import Admission, Kind, Scope, limits_of
 from server.host.link import HostLink, WorkerSeat
 from server.host.local import Host, LocalHost
 from server.host.messages import Gathered, Topic
+from server.hotwords_file import stream_refusal
 from server.http.access import scoped
 from server.http.addresses import page_url
 from server.http.auth import load_keys, load_token_secret, origin_allowed, presented_token
@@ -143,7 +145,7 @@ def session_config(config: ServerConfig, report: EngineReport) -> SessionConfig:
     refused = speller.refusal(settings.hotwords)
     if refused is not None:
         raise HotwordError(f"--hotwords-file: {refused}")
-    return replace(settings, hotword_refusal=speller.refusal)
+    return replace(settings, hotword_refusal=partial(stream_refusal, speller, settings.hotwords))
 
 
 def vad_on_thread(

@@ -7,15 +7,25 @@ file's, up to the limit a request may carry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from engine.decoding.hotwords import Speller
 from engine.types import DEFAULT_HOTWORD_BOOST, Hotword
-from streaming.commands import hotwords_from
+from streaming.commands import hotwords_from, merged_hotwords
 from streaming.errors import InvalidFieldError
 
 
 class HotwordsFileError(ValueError):
     """A hotwords file that cannot be read or holds a bad line; the message names it."""
+
+
+def stream_refusal(
+    speller: Speller, server: Sequence[Hotword], own: Sequence[Hotword]
+) -> str | None:
+    """Why a stream's hotwords are refused, checked with the file's that decoding adds to
+    them: a list under the graph's cap alone may not be with the server's."""
+    return speller.refusal(merged_hotwords(own, server))
 
 
 def read_hotwords_file(path: str | Path) -> tuple[Hotword, ...]:

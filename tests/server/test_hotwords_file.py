@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from engine.decoding.context_graph import MAX_GRAPH_TOKENS
+from engine.decoding.hotwords import Speller
+from engine.model.directory import load_model_dir
+from engine.model.tokenizer import Tokenizer
 from engine.types import Hotword
+from server.app import session_config
 from server.config import load_config
-from server.hotwords_file import HotwordsFileError, read_hotwords_file
+from server.hotwords_file import HotwordsFileError, read_hotwords_file, stream_refusal
+from tests.engine.remote_fakes import REPORT
 from tests.server.conftest import ServerProcess
 from tools.spawn import SpawnError
 
@@ -59,3 +67,32 @@ def test_a_phrase_the_model_cannot_write_stops_the_start(demo_model: Path, tmp_p
     with pytest.raises(SpawnError) as info:
         ServerProcess(demo_model, "--hotwords-file", str(path))
     assert "unsupported_hotword" in str(info.value) and "阿里巴巴" in str(info.value)
+
+
+def test_a_streams_list_is_refused_when_the_servers_phrases_take_it_over_the_cap(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # Decoding compiles a stream's phrases with the file's: the cap holds for both.
+    tokenizer = Tokenizer.from_file(load_model_dir(tiny_model_dir).tokenizer_path)
+    speller = Speller(tokenizer)
+    server, own = (
+        tuple(
+            Hotword(f"{a}{b}{c} account number and routing code {a}{c}")
+            for a, b, c in itertools.islice(itertools.product(letters, repeat=3), 450)
+        )
+        for letters in ("bcdfghjk", "lmnpqrst")
+    )
+    tokens = sum(len(tokenizer.encode(h.phrase)) for h in (*server, *own))
+    alone = max(sum(len(tokenizer.encode(h.phrase)) for h in hs) for hs in (server, own))
+    if not alone <= MAX_GRAPH_TOKENS < tokens:  # sized for this tokenizer: say if not
+        pytest.fail(f"the lists take {alone} tokens alone and {tokens} together")
+    assert speller.refusal(own) is None and speller.refusal(server) is None
+    refused = stream_refusal(speller, server, own)
+    assert refused is not None and f"at most {MAX_GRAPH_TOKENS}" in refused
+    assert stream_refusal(speller, server, own[:20]) is None
+    # Every session's check (the core's, OpenAI's codec's, the mint's) is this one.
+    path = write(tmp_path, "".join(f"{h.phrase}\n" for h in server))
+    config = load_config(["--hotwords-file", str(path)], {})
+    report = replace(REPORT, tokenizer=tokenizer.serialized())
+    check = session_config(config, report).hotword_refusal
+    assert check(own) == refused and check(own[:20]) is None
