@@ -116,7 +116,7 @@ HELP: Mapping[str, str] = MappingProxyType(
         "max_sessions": "Streaming sessions in all (more get server_full): 1 or more.",
         "max_sessions_per_ip": "Streaming sessions from one client address: 1 or more.",
         "max_frame_bytes": "Largest binary (audio) frame, in bytes: 1024 or more.",
-        "max_text_bytes": "Largest text (JSON) frame, in bytes: 256 or more.",
+        "max_text_bytes": "Largest text (JSON) frame, in bytes: 256 to 1048576 (1 MiB).",
         "max_rate": (
             "Audio seconds read per second from a live stream, after a 5 s burst; "
             "faster audio waits in the socket: 1..--max-replay-rate."

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from engine.types import SAMPLE_RATE
 from streaming.errors import FrameTooLargeError, SessionLimitError
 
+#: The largest text frame `max_text_bytes` may allow: reading (and refusing) one must cost
+#: the event loop, shared by every stream, milliseconds; 15 MiB of JSON costs a second.
+MAX_TEXT_BYTES_CEILING = 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class SessionLimits:
@@ -28,6 +32,8 @@ class SessionLimits:
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 1024 or self.max_text_bytes < 256:
             raise ValueError("frame limits must allow at least 1 KiB audio and 256 B text")
+        if self.max_text_bytes > MAX_TEXT_BYTES_CEILING:
+            raise ValueError(f"max_text_bytes may be at most {MAX_TEXT_BYTES_CEILING} (1 MiB)")
         if not 1.0 <= self.max_rate <= self.max_replay_rate:
             raise ValueError("need 1 <= max_rate <= max_replay_rate")
         if self.burst_s < 0 or self.max_session_s <= 0 or self.idle_timeout_s <= 0:

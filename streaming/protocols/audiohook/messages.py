@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any, Final
 
 from streaming.errors import FrameTooLargeError, InvalidFieldError
+from streaming.protocols.caps import redact_policies
 from streaming.protocols.json_text import load_object
-from streaming.redaction.policies import Redaction, parse_policies
+from streaming.redaction.policies import Redaction
 
 VERSION: Final = "2"
 #: AudioHook's own cap on a text message (its reference client and server both enforce it).
@@ -207,7 +208,7 @@ def _redaction(config: object, where: str) -> Redaction:
     """`customConfig.redact` (a list or "pci,ssn") and `customConfig.redact_mask`."""
     if not isinstance(config, dict):
         return Redaction()
-    policies = parse_policies(config.get("redact", []), f"{where}customConfig.redact")
+    policies = redact_policies(config.get("redact", []), f"{where}customConfig.redact")
     mask = config.get("redact_mask", False)
     if not isinstance(mask, bool):
         raise InvalidFieldError(f"{where}customConfig.redact_mask must be true or false")

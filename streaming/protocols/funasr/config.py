@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.types import Hotword
+from engine.types import MAX_HOTWORDS, Hotword
 from streaming.audio.decoder import STANDARD_RATES
 from streaming.commands import CLIENT_LANGUAGES, StreamOptions, hotwords_from
 from streaming.errors import InvalidFieldError
+from streaming.protocols.caps import check_count
 from streaming.protocols.json_text import load_object
 
 MODES = ("online", "offline", "2pass")
@@ -105,11 +106,13 @@ def parse_hotwords(value: Any) -> tuple[Hotword, ...]:
     if isinstance(parsed, dict):
         return _weighted(parsed)
     # Not a JSON object: the C++ server then reads a plain list of words.
-    words = (word.strip() for word in re.split(r"[\s,，]+", value))
-    return hotwords_from(word for word in words if word)
+    words = [w for w in (word.strip() for word in re.split(r"[\s,，]+", value)) if w]
+    check_count(len(words), MAX_HOTWORDS, "hotwords")  # before a hotword is made
+    return hotwords_from(words)
 
 
 def _weighted(obj: dict[Any, Any]) -> tuple[Hotword, ...]:
+    check_count(len(obj), MAX_HOTWORDS, "hotwords")  # before a weight is read
     weights: dict[str, float] = {}
     for word, weight in obj.items():
         if isinstance(weight, bool) or not isinstance(weight, int | float):

@@ -7,6 +7,10 @@ from typing import Any
 
 from streaming.errors import InvalidFieldError, StateError
 
+#: The most items an array of strings may hold unless its field says otherwise: checked
+#: before any item is read (the keywords' own cap is the hotword limit).
+MAX_ITEMS = 256
+
 # OpenAI's `error.code` values for a field that is wrong in each way.
 INVALID_VALUE = "invalid_value"
 INVALID_TYPE = "invalid_type"
@@ -88,9 +92,13 @@ def boolean(value: object, param: str) -> bool:
     return value
 
 
-def strings(value: object, param: str) -> tuple[str, ...]:
+def strings(value: object, param: str, max_items: int = MAX_ITEMS) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise _wrong(value, "an array of strings", param)
+    if len(value) > max_items:
+        raise RealtimeFieldError(
+            f"Invalid '{param}': at most {max_items} items; got {len(value)}.", param
+        )
     return tuple(text(item, f"{param}[{i}]") for i, item in enumerate(value))
 
 
@@ -106,9 +114,9 @@ def choice(value: object, allowed: Iterable[str], param: str) -> str:
 
 def check_keys(value: Mapping[str, Any], allowed: Iterable[str], prefix: str) -> None:
     """Unknown parameters are refused, as OpenAI does, so a typo is never silently ignored."""
-    unknown = sorted(set(value) - set(allowed))
+    unknown = set(value).difference(allowed)
     if unknown:
-        param = join(prefix, unknown[0])
+        param = join(prefix, min(unknown))  # the first in order, without sorting them all
         raise RealtimeFieldError(f"Unknown parameter: '{param}'.", param, UNKNOWN_PARAMETER)
 
 

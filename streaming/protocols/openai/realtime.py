@@ -5,7 +5,7 @@ Speaks both dialects the `openai` SDK has: GA (`session.update` with `type:
 header). Only session events differ between them; the session event answering an update
 follows that update's dialect, the first one the header's. Bad client events are reported
 with an `error` event and the stream goes on; only errors that end streams anyway (rate,
-session length, an oversized message) are fatal.
+session length, an oversized message: see `frames`) are fatal.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ from streaming.events import (
 from streaming.limits import SessionLimits
 from streaming.pins import Pins
 from streaming.protocols.base import Frame, Handshake
-from streaming.protocols.json_text import load_object
 from streaming.protocols.openai.fields import (
     LockedSettingError,
     RealtimeFieldError,
@@ -66,6 +65,7 @@ from streaming.protocols.openai.fields import (
     required,
     text,
 )
+from streaming.protocols.openai.frames import MAX_APPEND_REST, read_event
 from streaming.protocols.openai.render import render_beta, render_ga, sensevoice_fields
 from streaming.protocols.openai.session import (
     RealtimeSettings,
@@ -78,7 +78,7 @@ from streaming.protocols.openai.session import (
 #: OpenAI's cap on the audio of one `input_audio_buffer.append` (its base64 text).
 MAX_AUDIO_CHARS = 15 * 1024 * 1024
 #: Room for the JSON around that audio: the library's cap is the sum.
-MESSAGE_OVERHEAD = 64 * 1024
+MESSAGE_OVERHEAD = MAX_APPEND_REST
 FATAL_ERRORS = (FrameTooLargeError, SessionLimitError, ServerFullError)
 #: OpenAI's `error.code` for the session core's codes that have a counterpart.
 OPENAI_CODES: Mapping[str, str] = {
@@ -188,7 +188,7 @@ class OpenAIRealtimeCodec:
     def decode(self, message: Frame) -> Sequence[Command]:
         event_id: str | None = None
         try:
-            event = _parse(message)
+            event = read_event(message)
             raw_id = event.get("event_id")
             event_id = None if raw_id is None else text(raw_id, "event_id")
             return self._dispatch(event, event_id)
@@ -415,8 +415,3 @@ class OpenAIRealtimeCodec:
             event_id = self._commits.popleft()
         openai_code = OPENAI_CODES.get(event.code, event.code)
         return _ErrorNote(event.code, event.message, openai_code, None, event_id)
-
-
-def _parse(message: Frame) -> Mapping[str, Any]:
-    """A client event as a JSON object; a binary frame is taken as UTF-8 JSON text."""
-    return load_object(message, "the client event")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from engine.types import MAX_HOTWORDS
 from streaming.audio.decoder import STANDARD_RATES, AudioFormat
 from streaming.commands import (
     Configure,
@@ -43,6 +44,9 @@ BETA_FORMATS = {"pcm16": "pcm_s16le", "g711_ulaw": "mulaw", "g711_alaw": "alaw"}
 #: What SenseVoice can be told to expect; anything else is refused rather than guessed at.
 LANGUAGES = ("en", "zh", "ja", "ko", "yue")
 INCLUDE_VALUES = ("item.input_audio_transcription.logprobs",)
+#: A prompt's length, checked before it is read for phrases: Whisper's prompts are 224
+#: tokens; a prompt that lists hundreds of phrases fits (`keywords` carry longer lists).
+MAX_PROMPT_CHARS = 16 * 1024
 # Fields of the session object the server sends, which a client may echo back unchanged.
 ECHOED_KEYS = ("id", "object", "expires_at")
 TRANSCRIPTION_KEYS = ("model", "language", "prompt", "keywords", "languages", "delay")
@@ -254,16 +258,24 @@ def parse_transcription(value: object, param: str, current: Transcription) -> Tr
 def prompt(value: object, param: str) -> str:
     """The prompt; one that lists phrases is checked as hotwords here."""
     given = text(value, param)
+    if len(given) > MAX_PROMPT_CHARS:
+        raise RealtimeFieldError(
+            f"Invalid '{param}': at most {MAX_PROMPT_CHARS} characters; got {len(given)}.", param
+        )
+    phrases = prompt_keywords(given)
+    if len(phrases) > MAX_HOTWORDS:  # refused before a hotword is made of any
+        raise RealtimeFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(phrases)}", param)
     try:
-        hotwords_from(prompt_keywords(given))
+        hotwords_from(phrases)
     except InvalidFieldError as exc:
         raise RealtimeFieldError(str(exc), param) from exc
     return given
 
 
 def keywords(value: object, param: str) -> tuple[str, ...]:
-    """Keywords, each checked as a hotword here so that a bad one changes nothing."""
-    words = strings(value, param)
+    """Keywords, each checked as a hotword here so that a bad one changes nothing; their
+    number is checked first, before any is read."""
+    words = strings(value, param, MAX_HOTWORDS)
     try:
         hotwords_from(words)
     except InvalidFieldError as exc:

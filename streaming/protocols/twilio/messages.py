@@ -17,7 +17,8 @@ from typing import Any
 
 from streaming.commands import STREAM_ID, StreamOptions
 from streaming.errors import InvalidAudioError, InvalidFieldError
-from streaming.redaction.policies import Redaction, parse_policies
+from streaming.protocols.caps import redact_policies
+from streaming.redaction.policies import Redaction
 
 #: Twilio's two tracks, in channel order: the caller (inbound) first.
 TRACKS = ("inbound", "outbound")
@@ -140,7 +141,7 @@ def stream_options(params: Mapping[str, str]) -> StreamOptions:
             fields[name] = flag
     mask = fields.pop("redact_mask", False)
     fields["redact"] = Redaction(
-        parse_policies(params.get("redact", ""), "customParameters.redact"), mask
+        redact_policies(params.get("redact", ""), "customParameters.redact"), mask
     )
     return StreamOptions(**fields)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.types import Hotword
+from engine.types import MAX_HOTWORDS, Hotword
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import (
     CLIENT_LANGUAGES,
@@ -43,8 +43,9 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
+from streaming.protocols.caps import check_count, redact_policies
 from streaming.protocols.json_text import load_object, tag_fields
-from streaming.redaction.policies import Policy, Redaction, parse_policies
+from streaming.redaction.policies import Policy, Redaction
 
 PROTOCOL_VERSION = 1
 
@@ -157,7 +158,7 @@ def parse_client_text(text: str) -> ClientMessage:
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
     _reject_unknown(obj, tuple(START_FIELDS), "start")
     hotwords = _hotwords(obj.pop("hotwords", []))
-    redact = parse_policies(obj.pop("redact", []), "start.redact")
+    redact = redact_policies(obj.pop("redact", []), "start.redact")
     for name, value in obj.items():
         expected = START_FIELDS[name]
         # bool is a subclass of int in Python; JSON true must not pass as 1.
@@ -181,6 +182,8 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
 
 def _hotwords(value: object) -> tuple[Hotword, ...]:
     """start.hotwords: a list of phrases (each at the default boost) or {phrase: boost}."""
+    if isinstance(value, list | dict):
+        check_count(len(value), MAX_HOTWORDS, "hotwords")  # before a phrase is read
     if isinstance(value, list) and all(isinstance(p, str) for p in value):
         return hotwords_from(value)
     if isinstance(value, dict) and all(

@@ -44,6 +44,7 @@ from streaming.protocols.audiohook.transcript import (
     stream_language,
 )
 from streaming.protocols.base import CodecSettings, Frame, Handshake
+from streaming.protocols.caps import MAX_REDACT_ITEMS
 from streaming.redaction.policies import Policy, Redaction
 from streaming.segmenter import SegmenterConfig
 from streaming.session import SessionConfig
@@ -416,6 +417,9 @@ def test_custom_config_adds_redaction_policies() -> None:
     assert configure.options.redact == expected
     bad = opened_link(customConfig={"redact": "pci,cards"})
     disconnected(bad, "unknown redaction policy cards")
+    # A list longer than any needs is refused by its length, before its entries are read.
+    long = opened_link(customConfig={"redact": ["pci"] * (MAX_REDACT_ITEMS + 1)})
+    disconnected(long, f"at most {MAX_REDACT_ITEMS}")
 
 
 def test_opened_lists_the_supported_languages_when_asked() -> None:

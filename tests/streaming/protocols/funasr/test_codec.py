@@ -162,6 +162,12 @@ def test_hotword_weights_become_boosts_within_range() -> None:
         parse_hotwords('{"a": "high"}')
     with pytest.raises(InvalidFieldError, match="at most"):
         parse_hotwords(" ".join(f"w{i}" for i in range(MAX_HOTWORDS + 1)))
+    # Counted as sent, before a hotword is made: repeats count too.
+    with pytest.raises(InvalidFieldError, match="at most"):
+        parse_hotwords("Acme " * (MAX_HOTWORDS + 1))
+    with pytest.raises(InvalidFieldError, match="at most"):
+        parse_hotwords({f"w{i}": "not a weight" for i in range(MAX_HOTWORDS + 1)})
+    assert len(parse_hotwords("Acme " * MAX_HOTWORDS)) == 1
     with pytest.raises(InvalidFieldError, match="characters"):
         parse_hotwords("x" * 65)
 

@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.types import Hotword, InferenceRequest, InferenceResult, Token, Transcript
+from engine.types import (
+    MAX_HOTWORDS,
+    Hotword,
+    InferenceRequest,
+    InferenceResult,
+    Token,
+    Transcript,
+)
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Clear, Command, Commit, Configure, TurnDetection
 from streaming.errors import (
@@ -42,8 +49,9 @@ from streaming.events import (
 )
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
-from streaming.protocols.openai.fields import LockedSettingError, RealtimeFieldError
+from streaming.protocols.openai.fields import MAX_ITEMS, LockedSettingError, RealtimeFieldError
 from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
+from streaming.protocols.openai.session import MAX_PROMPT_CHARS
 from streaming.session import Session, SessionConfig
 from tests.streaming.fakes import EnergyVadModel, fake_transcript, tone_bursts, word_transcript
 
@@ -316,6 +324,16 @@ def turn(**fields: Any) -> str:
     return ga_update({"turn_detection": fields})
 
 
+def transcription(**fields: Any) -> str:
+    return ga_update({"transcription": fields})
+
+
+KEYWORDS = [f"w{i}" for i in range(MAX_HOTWORDS)]
+BKW = f"{BTR}.keywords"
+PROMPT_REPEATS = MAX_PROMPT_CHARS // len("Say it slowly. ") + 1
+LOGPROBS = "item.input_audio_transcription.logprobs"
+
+
 @pytest.mark.parametrize(
     ("message", "code", "param"),
     [
@@ -349,6 +367,15 @@ def turn(**fields: Any) -> str:
         (beta_update(turn_detection={"silence_duration_ms": 1}), VALUE, BSIL),
         (beta_update(input_audio_transcription={"language": "de"}), VALUE, f"{BTR}.language"),
         (beta_update(voice="alloy"), UNKNOWN, "session.voice"),
+        # Lists and texts past their caps are refused by their length, before their items
+        # are read or any hotword is made: the last item here is not even a string.
+        (transcription(keywords=["Acme"] * (MAX_HOTWORDS + 1)), VALUE, f"{TR}.keywords"),
+        (transcription(keywords=[*KEYWORDS, 7]), VALUE, f"{TR}.keywords"),
+        (beta_update(input_audio_transcription={"keywords": [*KEYWORDS, "x"]}), VALUE, BKW),
+        (transcription(prompt="Say it slowly. " * PROMPT_REPEATS), VALUE, f"{TR}.prompt"),
+        (transcription(languages=["en"] * (MAX_ITEMS + 1)), VALUE, f"{TR}.languages"),
+        (ga_update(include=[LOGPROBS] * (MAX_ITEMS + 1)), VALUE, "session.include"),
+        (beta_update(modalities=["text"] * (MAX_ITEMS + 1)), VALUE, "session.modalities"),
     ],
 )  # fmt: skip
 def test_bad_updates_are_reported_with_openai_codes_and_not_applied(
@@ -363,6 +390,18 @@ def test_bad_updates_are_reported_with_openai_codes_and_not_applied(
     # The failed update changed nothing: the next one starts from the old settings.
     (after,) = c.decode(ga_update())
     assert after == before
+
+
+def test_lists_and_prompts_up_to_their_caps_are_taken() -> None:
+    c = codec()
+    prompt = ("Say it slowly. " * PROMPT_REPEATS)[:MAX_PROMPT_CHARS]
+    transcription = {"keywords": KEYWORDS, "prompt": prompt, "languages": ["en"] * MAX_ITEMS}
+    (command,) = c.decode(ga_update({"transcription": transcription}))
+    assert isinstance(command, Configure)
+    assert [h.phrase for h in command.options.hotwords] == KEYWORDS
+    assert command.options.prompt == prompt
+    (command,) = c.decode(ga_update(include=[LOGPROBS] * MAX_ITEMS))
+    assert isinstance(command, Configure)
 
 
 def ascii_only(hotwords: Sequence[Hotword]) -> str | None:

@@ -33,6 +33,7 @@ from streaming.errors import (
 from streaming.events import Configured, Ended, ErrorEvent, Final, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import CodecSettings, Handshake
+from streaming.protocols.caps import MAX_REDACT_ITEMS
 from streaming.protocols.twilio.codec import MAX_MESSAGE_BYTES, TwilioCodec, make_twilio_codec
 from streaming.protocols.twilio.jitter import (
     MULAW_SILENCE,
@@ -200,6 +201,7 @@ def test_a_webhook_parameter_names_the_streams_webhook() -> None:
         {"itn": "maybe"},
         {"timestamps": ""},
         {"redact": "pci,cards"},
+        {"redact": "pci," * MAX_REDACT_ITEMS + "pci"},  # longer than any list needs
         {"redact_mask": "maybe"},
     ],
 )

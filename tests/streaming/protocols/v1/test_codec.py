@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.types import DEFAULT_HOTWORD_BOOST, Hotword, Token, Transcript
+from engine.types import DEFAULT_HOTWORD_BOOST, MAX_HOTWORDS, Hotword, Token, Transcript
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.errors import (
@@ -31,7 +31,8 @@ from streaming.events import (
     SpeechStopped,
     StopCause,
 )
-from streaming.limits import SessionLimits
+from streaming.limits import MAX_TEXT_BYTES_CEILING, SessionLimits
+from streaming.protocols.caps import MAX_REDACT_ITEMS
 from streaming.protocols.v1.codec import (
     StartMessage,
     StopMessage,
@@ -39,6 +40,7 @@ from streaming.protocols.v1.codec import (
     dump_event,
     parse_client_text,
 )
+from streaming.redaction.policies import Policy
 
 
 def test_start_defaults_and_overrides() -> None:
@@ -81,6 +83,11 @@ def test_hotwords_are_phrases_or_phrases_with_boosts_and_are_echoed() -> None:
             '{"type":"start","hotwords":[' + ",".join(f'"w{i}"' for i in range(1001)) + "]}",
             "at most",
         ),
+        # Counted as sent, before any item is read: repeats count, and so does a non-string.
+        ('{"type":"start","hotwords":[' + '"Acme",' * MAX_HOTWORDS + '"Acme"]}', "at most"),
+        ('{"type":"start","hotwords":[' + '"Acme",' * MAX_HOTWORDS + "1]}", "at most"),
+        ('{"type":"start","redact":[' + '"pci",' * MAX_REDACT_ITEMS + '"pci"]}', "at most"),
+        ('{"type":"start","redact":"' + "pci," * MAX_REDACT_ITEMS + 'pci"}', "at most"),
     ],
 )
 def test_bad_hotwords_are_invalid_fields(text: str, fragment: str) -> None:
@@ -202,6 +209,13 @@ def test_codec_allows_start_only_once_and_only_before_audio() -> None:
         late.decode('{"type":"start"}')
 
 
+def test_lists_up_to_their_caps_are_taken() -> None:
+    start = {"type": "start", "hotwords": [f"w{i}" for i in range(MAX_HOTWORDS)]}
+    parsed = parse_client_text(json.dumps(start | {"redact": ["pci"] * MAX_REDACT_ITEMS}))
+    assert isinstance(parsed, StartMessage) and len(parsed.hotwords) == MAX_HOTWORDS
+    assert parsed.redact == frozenset({Policy.PCI})
+
+
 def test_codec_owns_the_frame_limits_and_close_codes() -> None:
     c = codec(max_frame_bytes=2048, max_text_bytes=256)
     with pytest.raises(FrameTooLargeError) as big_audio:
@@ -213,6 +227,14 @@ def test_codec_owns_the_frame_limits_and_close_codes() -> None:
         c.decode('{"type":"start","x":"' + "é" * 130 + '"}')
     assert c.close_code(big_audio.value) == 1009 and c.is_fatal(big_audio.value)
     assert c.max_message_bytes == 4 * 2048
+
+
+def test_the_text_frame_limit_may_not_be_raised_past_a_mebibyte() -> None:
+    # Past it, one start message (fatal, but a client may reconnect) costs the event loop
+    # tens of milliseconds to parse and refuse, with its lists capped or not.
+    assert codec(max_text_bytes=MAX_TEXT_BYTES_CEILING).max_message_bytes == 4 << 20
+    with pytest.raises(ValueError, match="max_text_bytes"):
+        SessionLimits(max_text_bytes=MAX_TEXT_BYTES_CEILING + 1)
 
 
 def test_codec_stays_silent_on_events_v1_has_no_message_for() -> None:
