@@ -36,6 +36,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -645,6 +646,21 @@ def test_completed_carries_the_final_and_sensevoice_extras() -> None:
             {"text": " there", "start_ms": 1200, "end_ms": 1600},
         ],
     }
+
+
+def test_committed_text_goes_out_as_deltas_that_join_to_completed() -> None:
+    c = vad_codec()
+    wire = encode(
+        c,
+        Committed(0, 0, 900, "Hello,"),
+        Partial(0, 0, 1300, "Hello, how are", 6),  # its stable prefix went out already
+        Committed(0, 900, 1800, " how are you?"),
+        Final(0, 0, 2600, transcript("Hello, how are you? Fine.")),
+    )
+    deltas = [w["delta"] for w in wire if w["type"].endswith(".delta")]
+    assert deltas == ["Hello,", " how are you?", " Fine."]
+    (completed,) = [w for w in wire if w["type"].endswith(".completed")]
+    assert "".join(deltas) == completed["transcript"]
 
 
 def test_a_final_that_revises_sent_text_comes_without_a_delta() -> None:
