@@ -252,7 +252,7 @@ class SessionSettings:
     # Commit text at the pauses inside an utterance ("pauses"), decoding each piece once,
     # or only at its end ("off"); a stream may choose (streaming/pieces/policy.py).
     commit: str = "off"
-    commit_silence_ms: int = 250
+    commit_silence_ms: int = 150
     max_piece_ms: int = 6000
     # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
@@ -268,6 +268,8 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if self.vad not in ("fsmn", "webrtc"):
             raise ValueError("vad must be fsmn or webrtc")
+        if self.commit_silence_ms >= self.end_silence_ms:
+            raise ValueError("commit_silence_ms must be below end_silence_ms")
         try:
             parse_policies(self.redact or "")
         except InvalidFieldError as exc:
