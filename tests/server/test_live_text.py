@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from openai import AsyncOpenAI
 
 from sensestream.client import run_session
 from tests.server.conftest import ServerProcess
+from tests.server.test_redaction import upload
 from tests.speech import to_s16le
 from tools.speech import synthesize
 
@@ -79,9 +81,10 @@ def test_v1_commits_text_during_speech_and_the_final_starts_with_it(
     # Committed during speech: the first long before the utterance ended.
     (stopped_at,) = [t for e, t in zip(outcome.events, outcome.times, strict=True) if e is final]
     assert committed[0][1] < stopped_at - 1.0
-    # The same audio uploaded (the file API cuts it by the same rule) gives the same text.
-    upload = asyncio.run(run_session(server.url, pcm(talk), start={"type": "start"}))
-    assert [f["text"] for f in upload.of("final")] == [final["text"]]
+    # The same audio replayed, and uploaded to the file API, is cut by the same rule.
+    replay = asyncio.run(run_session(server.url, pcm(talk), start={"type": "start"}))
+    assert [f["text"] for f in replay.of("final")] == [final["text"]]
+    assert json.loads(upload(server, talk, "json"))["text"] == final["text"]
 
 
 def test_the_openai_sdk_gets_deltas_during_speech_that_join_to_the_transcript(
