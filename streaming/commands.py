@@ -210,6 +210,21 @@ def merged_hotwords(own: Sequence[Hotword], server: Sequence[Hotword]) -> tuple[
 MAX_PROMPT_PHRASE_WORDS = 4
 
 
+#: The longest prompt a client may send: a few sentences, or a list of a thousand names.
+MAX_PROMPT_CHARS = 16 * 1024
+
+
+def prompt_hotwords(prompt: str) -> tuple[Hotword, ...]:
+    """The hotwords a prompt lists (none for free text); InvalidFieldError for one over
+    MAX_PROMPT_CHARS or listing more than MAX_HOTWORDS, checked before any is made."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InvalidFieldError(f"at most {MAX_PROMPT_CHARS} characters; got {len(prompt)}")
+    phrases = prompt_keywords(prompt)
+    if len(phrases) > MAX_HOTWORDS:
+        raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(phrases)}")
+    return hotwords_from(phrases)
+
+
 def prompt_keywords(prompt: str) -> tuple[str, ...]:
     """The phrases of a prompt that lists them (split by commas, semicolons or lines, each
     of at most four words, no sentence inside); () for free text, which is no hotword list."""

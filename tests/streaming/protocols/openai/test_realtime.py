@@ -22,7 +22,15 @@ from engine.types import (
     Transcript,
 )
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import Audio, Clear, Command, Commit, Configure, TurnDetection
+from streaming.commands import (
+    MAX_PROMPT_CHARS,
+    Audio,
+    Clear,
+    Command,
+    Commit,
+    Configure,
+    TurnDetection,
+)
 from streaming.errors import (
     EmptyCommitError,
     FrameTooLargeError,
@@ -52,7 +60,6 @@ from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
 from streaming.protocols.openai.fields import MAX_ITEMS, LockedSettingError, RealtimeFieldError
 from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
-from streaming.protocols.openai.session import MAX_PROMPT_CHARS
 from streaming.session import Session, SessionConfig
 from tests.streaming.fakes import EnergyVadModel, fake_transcript, tone_bursts, word_transcript
 
