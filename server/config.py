@@ -36,6 +36,7 @@ from server.streams.webhooks import url_parts
 from streaming.errors import InvalidFieldError
 from streaming.limits import SessionLimits
 from streaming.partials.policy import PartialPolicy
+from streaming.pieces.policy import CommitPolicy
 from streaming.protocols.audiohook.signature import decode_secret
 from streaming.redaction.policies import Redaction, parse_policies
 from streaming.segmenter import SegmenterConfig
@@ -248,6 +249,11 @@ class SessionSettings:
     # before it is settled. 0 re-decodes the whole utterance every time.
     partial_hold_ms: int = 2000
     early_final_ms: int = 200  # decode once a pause is this long; 0 waits for the VAD
+    # Commit text at the pauses inside an utterance ("pauses"), decoding each piece once,
+    # or only at its end ("off"); a stream may choose (streaming/pieces/policy.py).
+    commit: str = "off"
+    commit_silence_ms: int = 150
+    max_piece_ms: int = 6000
     # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
     # adds contention; on a 16-core GPU host it took 64 streams from failing to passing).
@@ -262,6 +268,8 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if self.vad not in ("fsmn", "webrtc"):
             raise ValueError("vad must be fsmn or webrtc")
+        if self.commit_silence_ms >= self.end_silence_ms:
+            raise ValueError("commit_silence_ms must be below end_silence_ms")
         try:
             parse_policies(self.redact or "")
         except InvalidFieldError as exc:
@@ -294,6 +302,11 @@ class SessionSettings:
             test_model=test_model,
             demo_model=demo_model,
             early_final_ms=self.early_final_ms,
+            commits=CommitPolicy(
+                self.commit,
+                commit_silence_ms=self.commit_silence_ms,
+                max_piece_ms=self.max_piece_ms,
+            ),
             hotwords=() if self.hotwords_file is None else read_hotwords_file(self.hotwords_file),
             redaction=Redaction(parse_policies(self.redact or ""), self.redact_mask),
         )

@@ -179,6 +179,19 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Decode the final once a pause is this long, before --end-silence-ms runs "
             "out. In ms: 0 or more; 0 waits for the VAD."
         ),
+        "commit": (
+            "pauses: commit an utterance's text at the pauses inside it (each piece decoded "
+            "once, its text never withdrawn; the final is the pieces' text); off: only the "
+            "final settles text. A stream may choose (v1 start.commit)."
+        ),
+        "commit_silence_ms": (
+            "With --commit pauses, a pause this long inside an utterance commits the text "
+            "before it. In ms: 50..5000, below --end-silence-ms."
+        ),
+        "max_piece_ms": (
+            "With --commit pauses, speech that runs on this long without such a pause is "
+            "cut at its quietest 100 ms. In ms: above 600."
+        ),
         "vad_thread": (
             "Run live streams' VAD on a thread of its own, not the event loop; "
             "auto (unset, or auto in the environment or file): on when a local GPU decodes."

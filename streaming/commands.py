@@ -18,6 +18,7 @@ from engine.types import (
 )
 from streaming.audio.decoder import AudioFormat
 from streaming.errors import InvalidFieldError
+from streaming.pieces.policy import COMMIT_MODES
 from streaming.redaction.policies import Redaction
 
 #: Languages a client may ask for (nospeech is a model prompt, not a language).
@@ -60,8 +61,14 @@ class StreamOptions:
     prompt: str = ""  # reported back; free text is not a hotword list
     # What is redacted from the stream's text (on top of the server's `--redact`).
     redact: Redaction = field(default_factory=Redaction)
+    # Text committed at the pauses inside an utterance ("pauses") or only at its end
+    # ("off"); None: the server's choice (`streaming.pieces.policy`).
+    commit: str | None = None
 
     def __post_init__(self) -> None:
+        if self.commit is not None and self.commit not in COMMIT_MODES:
+            modes = " or ".join(COMMIT_MODES)
+            raise InvalidFieldError(f"commit must be {modes}; got {self.commit!r}")
         if self.language not in CLIENT_LANGUAGES:
             allowed = ", ".join(CLIENT_LANGUAGES)
             raise InvalidFieldError(f"language must be one of {allowed}; got {self.language!r}")
@@ -201,6 +208,21 @@ def merged_hotwords(own: Sequence[Hotword], server: Sequence[Hotword]) -> tuple[
 
 #: A prompt is read as hotwords only when it is a list of phrases this short.
 MAX_PROMPT_PHRASE_WORDS = 4
+
+
+#: The longest prompt a client may send: a few sentences, or a list of a thousand names.
+MAX_PROMPT_CHARS = 16 * 1024
+
+
+def prompt_hotwords(prompt: str) -> tuple[Hotword, ...]:
+    """The hotwords a prompt lists (none for free text); InvalidFieldError for one over
+    MAX_PROMPT_CHARS or listing more than MAX_HOTWORDS, checked before any is made."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InvalidFieldError(f"at most {MAX_PROMPT_CHARS} characters; got {len(prompt)}")
+    phrases = prompt_keywords(prompt)
+    if len(phrases) > MAX_HOTWORDS:
+        raise InvalidFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(phrases)}")
+    return hotwords_from(phrases)
 
 
 def prompt_keywords(prompt: str) -> tuple[str, ...]:

@@ -83,6 +83,18 @@ class Final:
 
 
 @dataclass(frozen=True, slots=True)
+class Committed:
+    """Text settled at a pause inside an utterance: the utterance's final starts with every
+    `text` committed for it, joined in order (`text` carries the space that joins it on)."""
+
+    utt_id: int
+    start_ms: int  # the committed piece's audio, on the stream's clock
+    end_ms: int
+    text: str
+    channel: int | None = None  # in a multichannel stream: which channel
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """An utterance that could not be decoded; it takes its final's place in order."""
 
@@ -127,6 +139,7 @@ SessionEvent = (
     | SpeechStarted
     | SpeechStopped
     | Partial
+    | Committed
     | Final
     | Failed
     | Cleared

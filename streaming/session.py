@@ -50,6 +50,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -65,6 +66,10 @@ from streaming.events import (
 from streaming.limits import RateMeter, SessionLimits
 from streaming.partials.policy import PartialPolicy
 from streaming.partials.window import PartialWindow
+from streaming.pieces.cuts import quietest_cut
+from streaming.pieces.joining import appended
+from streaming.pieces.policy import CommitPolicy
+from streaming.pieces.track import PieceTrack
 from streaming.pins import Pins
 from streaming.redaction.events import EventRedactor
 from streaming.redaction.policies import Redaction
@@ -90,6 +95,9 @@ class SessionConfig:
     # Decode the utterance once the VAD has heard this much of a pause, before its
     # end-silence runs out; when the pause lasts, that decode is the final. 0 turns it off.
     early_final_ms: int = 200
+    # Text committed at the pauses inside an utterance, each piece decoded once
+    # (`streaming.pieces`); "off": the final decodes the whole utterance.
+    commits: CommitPolicy = field(default_factory=CommitPolicy)
     # Whole files: their finals queue as background work, after every live request.
     background: bool = False
     # The server runs the VAD off its event loop (`streaming.vad.jobs`): audio only fills
@@ -168,6 +176,7 @@ class _Utterance:
     final_request: InferenceRequest | None = None  # the decode whose answer is the final
     early: InferenceRequest | None = None  # a decode of [start, the pending end)
     early_result: InferenceResult | None = None
+    pieces: PieceTrack | None = None  # with commits at pauses: its pieces so far
 
 
 class Session:
@@ -258,6 +267,9 @@ class Session:
         utt = self._utts.get(req.utterance_id)
         if utt is None:
             return  # its final has gone out (or it was cleared): nothing to add
+        if utt.pieces is not None and utt.pieces.owns(req.request_id):
+            self._piece_answered(req, utt, result, now)
+            return
         if not _same(req, utt.final_request):
             if _same(req, utt.early):
                 utt.early_result = result  # the pause may yet last: keep it for the decision
@@ -269,7 +281,8 @@ class Session:
         if req.utterance_id not in self._owed:
             return
         if result.transcript is not None:
-            final = self._final_event(req.utterance_id, req.start_sample, req, result.transcript)
+            end = req.start_sample + req.num_samples
+            final = self._final_event(req.utterance_id, req.start_sample, end, result.transcript)
             self._owed[req.utterance_id] = final
         else:
             start_ms = samples_to_ms(req.start_sample)
@@ -436,8 +449,11 @@ class Session:
         # Format and turn detection shape the audio already buffered; options do not.
         flowing = self._decoder is not None and self._decoder.samples_in > 0
         changed = command.audio != self._audio or command.options.turns != self._options.turns
-        if flowing and changed:
-            raise StateError("the audio format and turn detection are fixed once audio flows")
+        recut = command.options.commit not in (None, self._options.commit)
+        if flowing and (changed or recut):
+            raise StateError(
+                "the audio format, turn detection and commit mode are fixed once audio flows"
+            )
         hotwords = self._config.pinned.apply(command).options.hotwords
         refused = self._config.hotword_refusal(hotwords)
         if refused is not None:
@@ -462,6 +478,7 @@ class Session:
             command.options,
             hotwords=merged_hotwords(own, self._config.hotwords),
             redact=redaction,
+            commit=command.options.commit or self._config.commits.mode,
         )
         self._options = options
         self._redact_with(redaction)
@@ -507,6 +524,11 @@ class Session:
         self._meter.admit(len(samples), now)
         self._held.append(samples)
         self._take_held(now, inline=not self._defers_vad)
+
+    @property
+    def _commits(self) -> bool:
+        """Whether this stream commits text at the pauses inside its utterances."""
+        return self._options.commit == "pauses"
 
     @property
     def _defers_vad(self) -> bool:
@@ -599,7 +621,12 @@ class Session:
         for seg in segments:
             self._on_segment(seg, now, StopCause.MAX_LENGTH if seg.forced else StopCause.VAD)
         self._withdraw_obsolete_early()
-        if not final and not self._maybe_early_final(now):
+        if final:
+            return
+        if self._commits:
+            self._maybe_commit(now)
+            self._maybe_partial(now)
+        elif not self._maybe_early_final(now):
             self._maybe_partial(now)
 
     def _withdraw_obsolete_early(self) -> None:
@@ -639,14 +666,11 @@ class Session:
         )
         if seg.discarded:
             # Too short to be speech: answer the speech_started without a decode.
-            request = self._request(seg, RequestKind.FINAL, np.zeros(0, np.float32), now)
-            self._owed[seg.utt_id] = self._final_event(
-                seg.utt_id,
-                seg.start,
-                request.ref,
-                empty_transcript(self._options.itn),
-                end=seg.end,
-            )
+            empty = empty_transcript(self._options.itn)
+            self._owed[seg.utt_id] = self._final_event(seg.utt_id, seg.start, seg.end, empty)
+            return
+        if utt.pieces is not None:
+            self._close_pieces(seg, utt, now)
             return
         if self._early_decode_is_final(utt, seg, now):
             return
@@ -657,7 +681,95 @@ class Session:
 
     def _new_utterance(self, start: int) -> _Utterance:
         policy = self._config.partials
-        return _Utterance(start, start, PartialWindow(start, policy.hold_ms, policy.context_ms))
+        pieces = PieceTrack(start) if self._commits else None
+        window = PartialWindow(start, policy.hold_ms, policy.context_ms)
+        return _Utterance(start, start, window, pieces=pieces)
+
+    def _close_pieces(self, seg: SegmentEvent, utt: _Utterance, now: float) -> None:
+        """The utterance ended: its last piece is decoded (unless it holds too little to),
+        and the final is its pieces' text once every one is back."""
+        pieces = utt.pieces
+        if pieces is None:
+            return
+        start = pieces.open_start
+        if seg.end - start < self._config.commits.window_samples:
+            pieces.close(seg.end, None)
+        else:
+            last = replace(seg, start=start)
+            kind = RequestKind.BACKGROUND if self._config.background else RequestKind.FINAL
+            utt.final_request = self._request(last, kind, self._ring.read(start, seg.end), now)
+            pieces.close(seg.end, utt.final_request.request_id)
+            self._requests.append(utt.final_request)
+        self._settle_pieces(seg.utt_id, utt, now)
+
+    def _piece_answered(
+        self, req: RequestRef, utt: _Utterance, result: InferenceResult, now: float
+    ) -> None:
+        pieces = utt.pieces
+        if pieces is None:
+            return
+        if result.transcript is None:
+            why = f"utterance {req.utterance_id} could not be decoded: {result.error_message}"
+            pieces.fail(req.request_id, result.error_code or "decode_failed", why)
+        else:
+            pieces.answer(req.request_id, result.transcript)
+        for start, end, text in pieces.commits():
+            # Redaction decides on whole finals (a card read across pauses): with it on,
+            # text is promised only by the final.
+            if self._redactor is None:
+                ms = samples_to_ms
+                self._events.append(Committed(req.utterance_id, ms(start), ms(end), text))
+        self._settle_pieces(req.utterance_id, utt, now)
+
+    def _settle_pieces(self, utt_id: int, utt: _Utterance, now: float) -> None:
+        """The final (or failure) owed for a closed utterance whose pieces are all back."""
+        pieces = utt.pieces
+        if pieces is None or self._owed.get(utt_id, 0) is not None:
+            return
+        start, end = samples_to_ms(pieces.utt_start), samples_to_ms(pieces.open_start)
+        if pieces.failure is not None:
+            code, message = pieces.failure
+            self._owed[utt_id] = Failed(utt_id, start, end, code, message)
+        elif pieces.complete:
+            transcript = pieces.transcript(self._options.itn)
+            final = self._final_event(utt_id, pieces.utt_start, pieces.open_start, transcript)
+            self._owed[utt_id] = final
+        else:
+            return
+        self._deliver_finals(now)
+
+    def _maybe_commit(self, now: float) -> None:
+        """Commit the open piece at a pause inside the utterance, or at its quietest point
+        once it runs past its longest (`CommitPolicy`); its decode is part of the final."""
+        utt_id = self._segmenter.open_utt_id
+        utt = None if utt_id is None else self._utts.get(utt_id)
+        if utt is None or utt.pieces is None or utt_id is None:
+            return
+        cut = self._commit_point(utt.pieces.open_start)
+        if cut is None:
+            return
+        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, utt.pieces.open_start)
+        request = self._request(seg, RequestKind.FINAL, self._ring.read(seg.start, cut), now)
+        utt.pieces.cut(cut, request.request_id)
+        self._requests.append(request)
+        # Partials decode the open piece alone from here.
+        policy = self._config.partials
+        utt.window = PartialWindow(cut, policy.hold_ms, policy.context_ms)
+        utt.partial_end = cut
+
+    def _commit_point(self, piece_start: int) -> int | None:
+        """Where the open piece (from `piece_start`) is cut now, if anywhere."""
+        policy = self._config.commits
+        pause = self._pending_end
+        paused = pause is not None and self._fed - pause >= policy.silence_samples
+        if paused and pause is not None and pause - piece_start >= policy.min_samples:
+            return pause
+        if self._fed - piece_start < policy.max_samples:
+            return None
+        # Speech that runs on: its quietest stretch in the open piece's second half.
+        begin = piece_start + policy.max_samples // 2
+        audio = self._ring.read(begin, self._fed)
+        return quietest_cut(audio, begin, policy.window_samples)
 
     def _early_decode_is_final(self, utt: _Utterance, seg: SegmentEvent, now: float) -> bool:
         """The pause lasted: the early decode of exactly this span becomes the final."""
@@ -739,26 +851,26 @@ class Session:
         end = req.start_sample + req.num_samples
         if end <= utt.partial_end:
             return  # an early decode answered after a longer partial: keep the newer text
+        pieces = utt.pieces
+        if pieces is not None and req.start_sample < pieces.open_start:
+            return  # it decoded audio a committed piece holds now
         utt.partial_end = end
         text = utt.window.accept(req.start_sample, end, t)
+        stable = SETTLED_CHARS
+        if pieces is not None and self._redactor is None:
+            # The committed text, which the final starts with, then the open piece's.
+            stable = len(pieces.committed_text)
+            text = appended(pieces.committed_text, text)
         tags = {"lang": t.lang}
         if self._toggle("emotion"):
             tags["emotion"] = t.emotion
         if self._toggle("event"):
             tags["event"] = t.event
         start_ms = samples_to_ms(utt.start)
-        shown = Partial(req.utterance_id, start_ms, samples_to_ms(end), text, SETTLED_CHARS, tags)
+        shown = Partial(req.utterance_id, start_ms, samples_to_ms(end), text, stable, tags)
         self._events.append(shown if self._redactor is None else self._redactor.partial(shown))
 
-    def _final_event(
-        self,
-        utt_id: int,
-        start: int,
-        req: RequestRef,
-        transcript: Transcript,
-        end: int | None = None,
-    ) -> Final:
-        stop = end if end is not None else start + req.num_samples
+    def _final_event(self, utt_id: int, start: int, stop: int, transcript: Transcript) -> Final:
         show = {name: self._toggle(name) for name in ("emotion", "event", "timestamps")}
         utt = self._utts.get(utt_id)
         decided = None if utt is None or utt.decided is None else samples_to_ms(utt.decided)

@@ -78,6 +78,9 @@ const state = {
   finals: [], // {start_ms, end_ms, text, lang, emotion, event} on the page clock
   latencies: [], // ms, end of speech -> final
   connects: 0, // sessions that reached `ready` (tests read it from data-connects)
+  // The utterance on show: text committed at its pauses (never withdrawn) and the last
+  // partial's text, which starts with it.
+  live: { utt: null, committed: '', text: '' },
 };
 
 // ---- one WebSocket session ----------------------------------------------------------
@@ -674,6 +677,9 @@ function handleEvent(stream, event) {
     case 'partial':
       showPartial(event);
       break;
+    case 'committed':
+      showCommitted(event);
+      break;
     case 'final':
       onFinal(stream, event);
       break;
@@ -762,8 +768,26 @@ function finalLine(final) {
   return li;
 }
 
+function liveFor(uttId) {
+  if (state.live.utt !== uttId) state.live = { utt: uttId, committed: '', text: '' };
+  return state.live;
+}
+
 function showPartial(event) {
+  liveFor(event.utt_id).text = event.text;
   const [stable, rest] = splitStable(event.text, event.stable_chars);
+  drawPartial(stable, rest);
+}
+
+/** Committed text is drawn in full ink at once; the last partial's rest stays grey. */
+function showCommitted(event) {
+  const live = liveFor(event.utt_id);
+  live.committed += event.text;
+  const rest = live.text.startsWith(live.committed) ? live.text.slice(live.committed.length) : '';
+  drawPartial(live.committed, rest);
+}
+
+function drawPartial(stable, rest) {
   ui.partial.replaceChildren(el('span', 'stable', stable), el('span', 'unstable', rest));
   ui.partial.classList.remove('speaking');
   ui.empty.hidden = true;

@@ -23,9 +23,9 @@ from engine.types import Hotword
 
 #: Compiled phrase sets kept per recognizer (sessions mostly share a few sets)...
 CACHE_SIZE = 64
-#: ...and the bytes their graphs may hold together: 64 lists of a thousand two-word
-#: phrases (about 1 MiB each), or 13 at the token cap (about 5 MiB each).
-CACHE_BYTES = 64 * 2**20
+#: ...and the bytes their graphs may hold together: 64 lists at the token cap (about
+#: 5 MiB each), so that lists in use are not compiled again on the device's thread.
+CACHE_BYTES = 384 * 2**20
 
 
 def hotword_text(phrase: str, itn: bool) -> str:

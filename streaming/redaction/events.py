@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from streaming.events import Final, Partial
 from streaming.redaction.apply import redact_text
-from streaming.redaction.detect import find
+from streaming.redaction.detect import DIGIT_RUN, Found, disjoint, find
 from streaming.redaction.policies import Redaction
 from streaming.redaction.stream import FinalText, RedactedFinal, SpokenContext, StreamRedactor
 
@@ -82,7 +82,11 @@ class EventRedactor:
         rich = t.rich_text
         if t.text and t.text in rich:
             rich = rich.replace(t.text, redacted.text)
-        else:  # funasr's rendering moved the text about: redact it on its own
-            rich = redact_text(rich, find(rich, self.redaction.policies), self.redaction.mask)
+        else:  # funasr's rendering moved the text about: redact it on its own, and every
+            # run of digits with it (what a join or the context found cannot be placed)
+            found = find(rich, self.redaction.policies)
+            policy = redacted.spans[0].policy
+            found += [Found(m.start(), m.end(), policy) for m in DIGIT_RUN.finditer(rich)]
+            rich = redact_text(rich, disjoint(found), self.redaction.mask)
         transcript = replace(t, text=redacted.text, tokens=redacted.tokens, rich_text=rich)
         return replace(event, transcript=transcript, redactions=redacted.spans)

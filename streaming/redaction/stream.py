@@ -120,15 +120,17 @@ class StreamRedactor:
         return out + self._begin(item, _part(run))
 
     def release(self) -> list[RedactedFinal]:
-        """The held finals, decided alone (no next part came in time). The parts after a
-        named card's first are redacted all the same: they were its digits."""
+        """The held finals, decided alone (no next part came in time). Every part of a
+        named card is redacted all the same, its first too: the words that named it may
+        have left the context since (another channel spoke)."""
         held, self._held = self._held, None
         if held is None:
             return []
-        out = [self._decide(held.finals[0], [])]
-        for f, run in zip(held.finals[1:], held.runs()[1:], strict=True):
-            out.append(self._decide(f, _part(run) if held.named else []))
-        return out
+        runs = held.runs()
+        return [
+            self._decide(f, _part(run) if held.named else [])
+            for f, run in zip(held.finals, runs, strict=True)
+        ]
 
     def partial(self, text: str) -> str:
         """A partial's text, redacted at least as much as its final will be."""
@@ -198,14 +200,16 @@ def _card(digits: str, lenient: bool) -> bool:
 
 
 def _joining_run(held: _Held, second: str) -> re.Match[str] | None:
-    """The run of `second` that completes the held card: its leading run (Luhn-valid, or
-    of a card's length when the card was named), or its first run after words ("the last
-    eight are ...") when together they pass the Luhn check."""
+    """The run of `second` that completes the held card: its leading run, or its first run
+    after words ("the last eight are ..."), when together they are Luhn-valid, or of a
+    card's length when the card was named."""
     shift = len(second) - len(second.lstrip())
     lead = DIGIT_RUN.match(second, shift)
     later = DIGIT_RUN.search(second)
     before = held.digits()
-    for run, lenient in ((lead, held.named), (later if lead is None else None, False)):
+    # A named card's part after words joins by its length too ("... the rest is 1111
+    # 1112", a digit misheard); another's only when the two pass the Luhn check.
+    for run, lenient in ((lead, held.named), (later if lead is None else None, held.named)):
         if run is not None and _card(before + re.sub(r"\D", "", run.group()), lenient):
             return run
     return None

@@ -53,6 +53,9 @@ def test_precedence_is_command_line_then_environment_then_file(tmp_path: Path) -
         (["--token-secret", "s" * 31], "token_secret must be at least 32 bytes"),
         (["--token-secret", "s" * 32, "--token-secret-file", "f"], "not both"),
         (["--token-max-sessions", "0"], "token_max_sessions must be >= 1"),
+        (["--commit", "always"], "commit mode must be one of pauses, off"),
+        (["--commit-silence-ms", "500"], "commit_silence_ms must be below end_silence_ms"),
+        (["--max-piece-ms", "500"], "max_piece_ms"),
         # A prefix that can never match (a dot segment, an encoded /) fails at start-up.
         (
             ["--webhook-allow", "https://h.example/a/../b/", "--webhook-secret", "s" * 16],

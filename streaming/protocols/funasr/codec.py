@@ -31,7 +31,7 @@ from typing import Any
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop
 from streaming.errors import FrameTooLargeError, ProtocolError, StateError
-from streaming.events import Ended, ErrorEvent, Failed, Final, Partial, SessionEvent
+from streaming.events import Committed, Ended, ErrorEvent, Failed, Final, Partial, SessionEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
 from streaming.protocols.funasr.config import FunasrConfig, read_message
@@ -70,6 +70,7 @@ class FunasrCodec:
         self._header: WavInfo | None = None
         self._stopped = False
         self._online_sent: dict[int, str] = {}  # utterance -> its text sent as 2pass-online
+        self._committed_text: dict[int, str] = {}  # utterance -> its text committed so far
         self._last_partial: dict[int, str] = {}  # utterance -> its latest partial's text
         self._errors: list[str] = []  # what failed, for the acknowledgement
 
@@ -105,6 +106,8 @@ class FunasrCodec:
         match event:
             case Partial():
                 return self._online(event)
+            case Committed():
+                return self._committed(event)
             case Final():
                 return self._final(event)
             case Failed():
@@ -195,6 +198,18 @@ class FunasrCodec:
         self._online_sent[partial.utt_id] = settled
         return (self._message(ONLINE, settled[len(sent) :]),)
 
+    def _committed(self, event: Committed) -> Sequence[Frame]:
+        """Text committed at a pause goes out as online text at once (the final keeps it)."""
+        if self._config.mode == "offline":
+            return ()
+        total = self._committed_text.get(event.utt_id, "") + event.text
+        self._committed_text[event.utt_id] = total
+        sent = self._online_sent.get(event.utt_id, "")
+        if len(total) <= len(sent) or not total.startswith(sent):
+            return ()  # a 2pass client was sent other provisional text: its offline replaces it
+        self._online_sent[event.utt_id] = total
+        return (self._message(ONLINE, total[len(sent) :]),)
+
     def _take_partial(self, partial: Partial) -> int:
         """How much of a partial may go out as online text in the client's mode (in 2pass
         mode the partial is kept, to compare the next one with)."""
@@ -211,6 +226,7 @@ class FunasrCodec:
     def _forget(self, utt_id: int) -> str:
         """Drop an ended utterance's online state; returns the online text it was sent."""
         self._last_partial.pop(utt_id, None)
+        self._committed_text.pop(utt_id, None)
         return self._online_sent.pop(utt_id, "")
 
     def _final(self, final: Final) -> Sequence[Frame]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.types import Token
-from streaming.commands import CLIENT_LANGUAGES, hotwords_from, prompt_keywords
+from streaming.commands import CLIENT_LANGUAGES, prompt_hotwords
 from streaming.errors import InvalidFieldError
 from streaming.events import Final
 from streaming.redaction.apply import REDACTED_ID
@@ -95,7 +95,7 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
         raise FileApiError(400, f"stream must be true or false; got {stream!r}", "stream")
     prompt = one("prompt")
     try:  # a prompt that lists phrases becomes hotwords: checked as they are
-        hotwords_from(prompt_keywords(prompt))
+        prompt_hotwords(prompt)
     except InvalidFieldError as exc:
         raise FileApiError(400, str(exc), "prompt") from exc
     return TranscriptionJob(

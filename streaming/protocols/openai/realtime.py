@@ -45,6 +45,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     ErrorEvent,
     Failed,
@@ -303,6 +304,10 @@ class OpenAIRealtimeCodec:
                 return self._stopped(event)
             case Partial():
                 return self._delta(event)
+            case Committed():
+                # Committed text is the final's beginning: it goes out as a delta at once.
+                self._sent[event.utt_id] = self._sent.get(event.utt_id, "") + event.text
+                return (self._delta_frame(event.utt_id, event.text),)
             case Final():
                 return self._completed(event)
             case Failed():

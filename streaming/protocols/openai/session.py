@@ -17,6 +17,7 @@ from streaming.commands import (
     StreamOptions,
     TurnDetection,
     hotwords_from,
+    prompt_hotwords,
     prompt_keywords,
 )
 from streaming.errors import InvalidFieldError
@@ -46,7 +47,6 @@ LANGUAGES = ("en", "zh", "ja", "ko", "yue")
 INCLUDE_VALUES = ("item.input_audio_transcription.logprobs",)
 #: A prompt's length, checked before it is read for phrases: Whisper's prompts are 224
 #: tokens; a prompt that lists hundreds of phrases fits (`keywords` carry longer lists).
-MAX_PROMPT_CHARS = 16 * 1024
 # Fields of the session object the server sends, which a client may echo back unchanged.
 ECHOED_KEYS = ("id", "object", "expires_at")
 TRANSCRIPTION_KEYS = ("model", "language", "prompt", "keywords", "languages", "delay")
@@ -258,17 +258,10 @@ def parse_transcription(value: object, param: str, current: Transcription) -> Tr
 def prompt(value: object, param: str) -> str:
     """The prompt; one that lists phrases is checked as hotwords here."""
     given = text(value, param)
-    if len(given) > MAX_PROMPT_CHARS:
-        raise RealtimeFieldError(
-            f"Invalid '{param}': at most {MAX_PROMPT_CHARS} characters; got {len(given)}.", param
-        )
-    phrases = prompt_keywords(given)
-    if len(phrases) > MAX_HOTWORDS:  # refused before a hotword is made of any
-        raise RealtimeFieldError(f"at most {MAX_HOTWORDS} hotwords; got {len(phrases)}", param)
     try:
-        hotwords_from(phrases)
+        prompt_hotwords(given)
     except InvalidFieldError as exc:
-        raise RealtimeFieldError(str(exc), param) from exc
+        raise RealtimeFieldError(f"Invalid '{param}': {exc}", param) from exc
     return given
 
 

@@ -18,8 +18,10 @@ from streaming.commands import (
     Audio,
     Command,
     Configure,
+    Cut,
     Stop,
     StreamOptions,
+    TurnDetection,
     hotwords_from,
 )
 from streaming.errors import (
@@ -30,6 +32,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -42,6 +45,7 @@ from streaming.events import (
     SpeechStopped,
 )
 from streaming.limits import SessionLimits
+from streaming.pieces.policy import COMMIT_MODES
 from streaming.protocols.base import Frame
 from streaming.protocols.caps import check_count, redact_policies
 from streaming.protocols.json_text import load_object, tag_fields
@@ -71,6 +75,8 @@ class StartMessage:
     hotwords: tuple[Hotword, ...] = ()  # phrases decoding favours
     redact: frozenset[Policy] = frozenset()  # added to the server's --redact
     redact_mask: bool = False
+    commit: str | None = None  # "pauses" or "off"; None: the server's --commit
+    end_silence_ms: int | None = None  # the pause that ends an utterance; None: the server's
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
@@ -88,8 +94,10 @@ class StartMessage:
             self.event,
             self.timestamps,
             self.pace,
+            TurnDetection(end_silence_ms=self.end_silence_ms),
             hotwords=self.hotwords,
             redact=Redaction(self.redact, self.redact_mask),
+            commit=self.commit,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -110,7 +118,12 @@ class StopMessage:
     """End of the audio stream: owed finals, then `end`, then close."""
 
 
-ClientMessage = StartMessage | StopMessage
+@dataclass(frozen=True, slots=True)
+class FinalizeMessage:
+    """End the utterance in progress now (Deepgram's `Finalize`); the stream goes on."""
+
+
+ClientMessage = StartMessage | StopMessage | FinalizeMessage
 
 START_FIELDS: Mapping[str, type] = {
     "sample_rate": int,
@@ -130,9 +143,12 @@ START_FIELDS: Mapping[str, type] = {
     "hotwords": object,  # a list of phrases, or {phrase: boost}: read by `_hotwords`
     "redact": object,  # a list of policies, or "pci,ssn": read by `parse_policies`
     "redact_mask": bool,
+    "commit": str,
+    "end_silence_ms": int,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
+    "commit": COMMIT_MODES,
     # A live client is held to real time (with a burst); a replay may go much faster.
     "pace": ("live", "replay"),
 }
@@ -150,9 +166,14 @@ def parse_client_text(text: str) -> ClientMessage:
     if kind == "stop":
         _reject_unknown(obj, (), "stop")
         return StopMessage()
+    if kind == "finalize":
+        _reject_unknown(obj, (), "finalize")
+        return FinalizeMessage()
     if not isinstance(kind, str):
         raise UnknownMessageTypeError("message has no string `type` field")
-    raise UnknownMessageTypeError(f"unknown message type {kind!r}; expected start or stop")
+    raise UnknownMessageTypeError(
+        f"unknown message type {kind!r}; expected start, finalize or stop"
+    )
 
 
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
@@ -218,6 +239,7 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "hotwords": hotwords_json(options.hotwords),
         "redact": sorted(p.value for p in options.redact.policies),
         "redact_mask": options.redact.mask,
+        "end_silence_ms": options.turns.end_silence_ms,
     }
     return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
 
@@ -240,6 +262,9 @@ def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, 
             head.update(type="partial", utt_id=event.utt_id, start_ms=event.start_ms)
             head.update(end_ms=event.end_ms, text=event.text, stable_chars=event.stable_chars)
             head.update(event.tags)
+        case Committed():
+            head.update(type="committed", utt_id=event.utt_id, start_ms=event.start_ms)
+            head.update(end_ms=event.end_ms, text=event.text)
         case Final():
             head.update(_final_fields(event))
         case ErrorEvent() | Failed():
@@ -308,6 +333,9 @@ class V1Codec:
         parsed = parse_client_text(message)
         if isinstance(parsed, StopMessage):
             return (Stop(),)
+        if isinstance(parsed, FinalizeMessage):
+            self._started = True  # a start after it would come too late
+            return (Cut(),)
         if self._started:
             raise StateError("start may only be sent once, before any audio")
         self._started = True

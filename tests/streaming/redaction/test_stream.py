@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.types import Token
+from streaming.redaction.apply import REDACTED_ID
 from streaming.redaction.policies import Policy, Redaction
 from streaming.redaction.stream import MAX_HELD, FinalText, SpokenContext, StreamRedactor
 
@@ -234,3 +235,22 @@ def test_what_one_channel_asked_counts_for_the_other() -> None:
     # Each channel keeps its own: a stream of its own would not have heard the question.
     (alone,) = StreamRedactor(PCI).final(final(1, "It is 123."))
     assert alone.redacted.text == "It is 123."
+
+
+def test_a_part_named_by_the_other_channel_stays_redacted_when_the_context_moves_on() -> None:
+    spoken = SpokenContext()
+    agent, customer = StreamRedactor(PCI, spoken), StreamRedactor(PCI, spoken)
+    agent.final(final(1, "What is your card number?"))
+    assert customer.final(final(1, "4111 1111")) == []  # named by the question: held
+    agent.final(final(2, "Okay."))
+    agent.final(final(3, "Go on."))  # the question has left the shared context
+    (released,) = customer.release()
+    assert released.redacted.text == "[PCI]"
+    assert all(t.id == REDACTED_ID for t in released.redacted.tokens)
+
+
+def test_a_named_cards_part_after_words_joins_by_its_length_with_a_digit_misheard() -> None:
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "My card number is 4111 1111")) == []
+    sent = redactor.final(final(2, "and then 1111 1112."))  # fails the Luhn check
+    assert [s.redacted.text for s in sent] == ["My card number is [PCI]", "and then [PCI]."]

@@ -33,6 +33,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -515,6 +516,23 @@ def test_online_mode_sends_only_promised_text() -> None:
     # Two partials agree, but nothing is promised: an online client would keep it forever.
     assert online_texts(c, [partial("Hello there", 0), partial("Hello there", 0)]) == []
     assert online_texts(c, [partial("Hello there", 6)]) == ["Hello "]
+
+
+def test_committed_text_goes_out_as_online_text_at_once() -> None:
+    c = codec()
+    c.decode(config(mode="online"))
+    first = online_texts(c, [Committed(0, 0, 900, "Hello"), partial("Hello there", 5)])
+    rest = online_texts(c, [final()])
+    assert first == ["Hello"] and "".join(first + rest) == SENTENCE.text
+    # In 2pass mode provisional text may have gone further: committed text adds only growth.
+    c = codec()
+    c.decode(config(mode="2pass"))
+    assert online_texts(c, [partial("Hello th", 0), partial("Hello there", 0)]) == ["Hello th"]
+    assert online_texts(c, [Committed(0, 0, 900, "Hello")]) == []
+    assert online_texts(c, [Committed(0, 900, 1800, " there, friend.")]) == ["ere, friend."]
+    c = codec()
+    c.decode(config(mode="offline"))
+    assert c.encode(Committed(0, 0, 900, "Hello")) == ()
 
 
 def test_common_prefix_counts_shared_leading_characters() -> None:

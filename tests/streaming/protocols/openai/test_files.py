@@ -67,6 +67,9 @@ def test_fields_become_a_job_with_defaults() -> None:
         ({"model": ["m"], "timestamp_granularities[]": ["char"]}, "timestamp_granularities[]"),
         ({"model": ["m"], "timestamp_granularities[]": ["word"]}, "timestamp_granularities[]"),
         ({"model": ["m"], "stream": ["maybe"]}, "stream"),
+        # A prompt too long, or listing too many phrases, is refused before it is read.
+        ({"model": ["m"], "prompt": ["Say it. " * 3000]}, "prompt"),
+        ({"model": ["m"], "prompt": [", ".join(f"w{i}" for i in range(1001))]}, "prompt"),
     ],
 )
 def test_bad_fields_are_400_with_the_param(fields: dict, param: str) -> None:

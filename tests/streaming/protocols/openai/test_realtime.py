@@ -22,7 +22,15 @@ from engine.types import (
     Transcript,
 )
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import Audio, Clear, Command, Commit, Configure, TurnDetection
+from streaming.commands import (
+    MAX_PROMPT_CHARS,
+    Audio,
+    Clear,
+    Command,
+    Commit,
+    Configure,
+    TurnDetection,
+)
 from streaming.errors import (
     EmptyCommitError,
     FrameTooLargeError,
@@ -36,6 +44,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -51,7 +60,6 @@ from streaming.limits import SessionLimits
 from streaming.protocols.base import Handshake
 from streaming.protocols.openai.fields import MAX_ITEMS, LockedSettingError, RealtimeFieldError
 from streaming.protocols.openai.realtime import MAX_AUDIO_CHARS, OpenAIRealtimeCodec
-from streaming.protocols.openai.session import MAX_PROMPT_CHARS
 from streaming.session import Session, SessionConfig
 from tests.streaming.fakes import EnergyVadModel, fake_transcript, tone_bursts, word_transcript
 
@@ -645,6 +653,21 @@ def test_completed_carries_the_final_and_sensevoice_extras() -> None:
             {"text": " there", "start_ms": 1200, "end_ms": 1600},
         ],
     }
+
+
+def test_committed_text_goes_out_as_deltas_that_join_to_completed() -> None:
+    c = vad_codec()
+    wire = encode(
+        c,
+        Committed(0, 0, 900, "Hello,"),
+        Partial(0, 0, 1300, "Hello, how are", 6),  # its stable prefix went out already
+        Committed(0, 900, 1800, " how are you?"),
+        Final(0, 0, 2600, transcript("Hello, how are you? Fine.")),
+    )
+    deltas = [w["delta"] for w in wire if w["type"].endswith(".delta")]
+    assert deltas == ["Hello,", " how are you?", " Fine."]
+    (completed,) = [w for w in wire if w["type"].endswith(".completed")]
+    assert "".join(deltas) == completed["transcript"]
 
 
 def test_a_final_that_revises_sent_text_comes_without_a_delta() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.types import DEFAULT_HOTWORD_BOOST, MAX_HOTWORDS, Hotword, Token, Transcript
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import Audio, Configure, Stop, StreamOptions
+from streaming.commands import Audio, Configure, Cut, Stop, StreamOptions
 from streaming.errors import (
     FrameTooLargeError,
     InvalidFieldError,
@@ -21,6 +21,7 @@ from streaming.errors import (
 )
 from streaming.events import (
     Cleared,
+    Committed,
     Configured,
     Ended,
     ErrorEvent,
@@ -247,4 +248,29 @@ def test_codec_stays_silent_on_events_v1_has_no_message_for() -> None:
         "type": "error",
         "code": "backend_error",
         "message": "boom",
+    }
+
+
+def test_a_stream_chooses_its_commit_mode_and_end_silence_and_may_finalize() -> None:
+    c = codec()
+    (configure,) = c.decode('{"type":"start","commit":"pauses","end_silence_ms":800}')
+    assert isinstance(configure, Configure)
+    assert configure.options.commit == "pauses"
+    assert configure.options.turns.end_silence_ms == 800
+    assert c.decode('{"type":"finalize"}') == (Cut(),)
+    with pytest.raises(InvalidFieldError, match=r"start\.commit must be one of pauses, off"):
+        codec().decode('{"type":"start","commit":"always"}')
+    with pytest.raises(InvalidFieldError, match="silence"):
+        codec().decode('{"type":"start","end_silence_ms":20}')
+
+
+def test_committed_text_is_its_own_event() -> None:
+    wire = json.loads(dump_event(Committed(3, 1200, 2100, " how are you?")))
+    assert wire == {
+        "v": 1,
+        "type": "committed",
+        "utt_id": 3,
+        "start_ms": 1200,
+        "end_ms": 2100,
+        "text": " how are you?",
     }

@@ -1,0 +1,1 @@
+"""Committed pieces: an utterance's text settled at the pauses inside it, each decoded once."""

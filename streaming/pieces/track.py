@@ -1,0 +1,97 @@
+"""One utterance's pieces: cut, decoded, committed in order, and composed into its final."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.types import Transcript
+from streaming.pieces.joining import Decoded, composed, separator
+
+
+@dataclass(slots=True)
+class _Piece:
+    start: int
+    end: int
+    request_id: int | None  # None: nothing to decode (trailing silence)
+    transcript: Transcript | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.transcript is not None or self.request_id is None
+
+
+class PieceTrack:
+    """The pieces of one utterance, from its first sample; the open one is not yet cut."""
+
+    def __init__(self, utt_start: int) -> None:
+        self.utt_start = utt_start
+        self.open_start = utt_start  # where the open piece begins
+        self._committed: list[_Piece] = []
+        self._last: _Piece | None = None  # the piece the utterance ended with
+        self._closed = False
+        self._announced = 0  # committed pieces whose text went out
+        self.committed_text = ""  # what those pieces say, joined
+        self.failure: tuple[str, str] | None = None  # (code, message) of a failed decode
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def cut(self, end: int, request_id: int) -> None:
+        """Commit the open piece up to `end`; its decode is `request_id`."""
+        self._committed.append(_Piece(self.open_start, end, request_id))
+        self.open_start = end
+
+    def close(self, end: int, request_id: int | None) -> None:
+        """The utterance ended at `end`: its last piece is decoded by `request_id` (None: it
+        holds too little audio to decode)."""
+        if request_id is not None:
+            self._last = _Piece(self.open_start, end, request_id)
+        self.open_start = end
+        self._closed = True
+
+    def _pieces(self) -> list[_Piece]:
+        return self._committed + ([self._last] if self._last is not None else [])
+
+    def owns(self, request_id: int) -> bool:
+        return any(p.request_id == request_id for p in self._pieces())
+
+    def answer(self, request_id: int, transcript: Transcript) -> None:
+        for piece in self._pieces():
+            if piece.request_id == request_id:
+                piece.transcript = transcript
+
+    def fail(self, request_id: int, code: str, message: str) -> None:
+        """A piece could not be decoded: the utterance fails (the first failure says why)."""
+        if self.owns(request_id) and self.failure is None:
+            self.failure = (code, message)
+
+    def commits(self) -> list[tuple[int, int, str]]:
+        """The committed pieces decoded since the last call, in order: (start, end, the
+        text to append, with its separator). None of the last piece: it is the final's."""
+        out = []
+        while self._announced < len(self._committed) and self.failure is None:
+            piece = self._committed[self._announced]
+            if piece.transcript is None:
+                break
+            text = piece.transcript.text
+            delta = separator(self.committed_text, text) + text
+            self.committed_text += delta
+            self._announced += 1
+            if delta:
+                out.append((piece.start, piece.end, delta))
+        return out
+
+    @property
+    def complete(self) -> bool:
+        """Closed, with every piece decoded: the final can be composed."""
+        return self._closed and all(p.done for p in self._pieces())
+
+    def transcript(self, itn: bool) -> Transcript:
+        """The final's transcript (once `complete`)."""
+        decoded = [
+            Decoded(p.start, p.end, p.transcript)
+            for p in self._pieces()
+            if p.transcript is not None
+        ]
+        return composed(decoded, self.utt_start, itn)

@@ -1,0 +1,50 @@
+"""One utterance's pieces: committed in order, once; the last one is the final's."""
+
+from __future__ import annotations
+
+from engine.types import Transcript
+from streaming.pieces.track import PieceTrack
+
+
+def said(text: str) -> Transcript:
+    return Transcript(text, "en", "neutral", "speech", True, text)
+
+
+def test_pieces_commit_in_order_whatever_order_their_decodes_come_in() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, request_id=1)
+    track.cut(16000, request_id=2)
+    track.answer(2, said("how are you?"))
+    assert track.commits() == []  # the first is not back: nothing may go before it
+    track.answer(1, said("Hello,"))
+    assert track.commits() == [(0, 8000, "Hello,"), (8000, 16000, " how are you?")]
+    assert track.commits() == [] and track.committed_text == "Hello, how are you?"
+
+
+def test_the_final_is_the_committed_text_then_the_last_piece() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, 1)
+    track.answer(1, said("Hello,"))
+    track.close(20000, 2)
+    assert not track.complete
+    track.answer(2, said("fine."))
+    assert track.commits() == [(0, 8000, "Hello,")]  # the last piece is not committed
+    assert track.complete and track.transcript(True).text == "Hello, fine."
+
+
+def test_a_last_piece_too_short_to_decode_leaves_the_committed_text() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, 1)
+    track.close(8500, None)
+    assert not track.complete
+    track.answer(1, said("Thanks."))
+    assert track.complete and track.transcript(True).text == "Thanks."
+
+
+def test_a_failed_piece_fails_the_utterance_and_commits_nothing_more() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, 1)
+    track.fail(1, "out_of_memory", "no")
+    assert track.failure == ("out_of_memory", "no") and track.commits() == []
+    track.fail(99, "other", "not this track's")
+    assert track.failure == ("out_of_memory", "no")

@@ -1,0 +1,179 @@
+"""Text committed at the pauses inside an utterance: promised during speech, never withdrawn.
+
+The audio is tone bursts (one "word" each) with short pauses inside utterances and long
+ones between them; the fake decoder names each burst whose middle lies in the audio it is
+given, so a piece's text is exactly its bursts and the final is the utterance's bursts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.types import InferenceRequest, InferenceResult, RequestKind, Token, Transcript
+from streaming.audio.decoder import AudioFormat
+from streaming.commands import Audio, Configure, Stop
+from streaming.events import Committed, Final, Partial, SessionEvent
+from streaming.pieces.policy import CommitPolicy
+from streaming.segmenter import SegmenterConfig
+from streaming.session import Session, SessionConfig
+from tests.speech import chunks, to_s16le
+from tests.streaming.fakes import EnergyVadModel, tone_bursts
+
+SR = 16000
+# Two utterances: three words with 300 ms pauses (shorter than the 500 ms end silence),
+# then, after a long pause, two more.
+SPANS = [(0.3, 1.0), (1.3, 2.0), (2.3, 3.0), (4.5, 5.2), (5.5, 6.2)]
+TOTAL_S = 7.5
+PAUSES = CommitPolicy("pauses", commit_silence_ms=250, min_piece_ms=500, max_piece_ms=4000)
+
+
+def burst_decoder(spans: list[tuple[float, float]]) -> Callable[[InferenceRequest], Transcript]:
+    def decode(request: InferenceRequest) -> Transcript:
+        begin = request.start_sample / SR
+        end = begin + request.num_samples / SR
+        tokens = []
+        for k, (a, b) in enumerate(spans):
+            if begin <= (a + b) / 2 < end:
+                start_ms, end_ms = round((a - begin) * 1000), round((b - begin) * 1000)
+                tokens.append(Token(k, f" b{k}", max(0, start_ms), end_ms))
+        text = "".join(t.text for t in tokens).strip()
+        return Transcript(text, "en", "neutral", "speech", True, text, tuple(tokens))
+
+    return decode
+
+
+def session(commits: CommitPolicy = PAUSES) -> Session:
+    config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0), commits=commits)
+    s = Session("s", config, EnergyVadModel())
+    s.handle(Configure(AudioFormat()), 0.0)
+    return s
+
+
+def run(
+    s: Session,
+    frame_bytes: int = 3200,
+    delay_s: float = 0.2,
+    rng: random.Random | None = None,
+    spans: list[tuple[float, float]] = SPANS,
+) -> list[tuple[float, SessionEvent]]:
+    """The audio at the pace of speech; each decode answered `delay_s` later (random
+    delays up to it, so out of order, with `rng`); then stop. Events with their times."""
+    decode = burst_decoder(spans)
+    waiting: list[tuple[float, InferenceRequest]] = []
+    out: list[tuple[float, SessionEvent]] = []
+
+    def step(now: float) -> None:
+        for r in s.requests_to_submit():
+            wait = delay_s if rng is None else rng.uniform(0.0, delay_s)
+            waiting.append((now + wait, r))
+        due = [w for w in waiting if w[0] <= now]
+        waiting[:] = [w for w in waiting if w[0] > now]
+        if rng is not None:
+            rng.shuffle(due)
+        for _, r in due:
+            s.receive_result(InferenceResult(r.ref, decode(r)), now)
+        out.extend((now, e) for e in s.events_to_send())
+
+    audio = to_s16le(tone_bursts(spans, TOTAL_S))
+    now = 0.0
+    for piece in chunks(audio, frame_bytes):
+        now += len(piece) / (2 * SR)
+        s.handle(Audio(piece), now)
+        step(now)
+    s.handle(Stop(), now)
+    while waiting:
+        now += 0.05
+        step(now)
+    return out
+
+
+def finals(events: list[tuple[float, SessionEvent]]) -> dict[int, str]:
+    return {e.utt_id: e.transcript.text for _, e in events if isinstance(e, Final)}
+
+
+def test_text_is_committed_at_each_pause_and_the_final_is_the_committed_text_and_the_rest() -> None:
+    events = run(session())
+    assert finals(events) == {0: "b0 b1 b2", 1: "b3 b4"}
+    committed = [(e.utt_id, e.text) for _, e in events if isinstance(e, Committed)]
+    assert committed == [(0, "b0"), (0, " b1"), (0, " b2"), (1, "b3"), (1, " b4")]
+    # Each word is committed in the pause after it: its end, the commit silence (250 ms)
+    # rounded up to a 100 ms block, and the decode (200 ms); long before the utterance ends.
+    when = {e.text.strip(): t for t, e in events if isinstance(e, Committed)}
+    for word, end_s in (("b0", 1.0), ("b1", 2.0), ("b3", 5.2)):
+        assert when[word] <= end_s + 0.3 + 0.2 + 0.1  # and a frame's rounding
+
+
+def test_committed_text_goes_out_before_the_final_and_partials_promise_it() -> None:
+    events = run(session())
+    final_at = {e.utt_id: t for t, e in events if isinstance(e, Final)}
+    for t, e in events:
+        if isinstance(e, Committed):
+            assert t <= final_at[e.utt_id]
+    shown = [e for _, e in events if isinstance(e, Partial)]
+    assert any(p.stable_chars > 0 for p in shown)
+    text = finals(events)
+    for p in shown:
+        assert text[p.utt_id].startswith(p.text[: p.stable_chars])
+
+
+def test_the_final_comes_with_the_last_pause_not_a_decode_of_the_whole_utterance() -> None:
+    requests: list[InferenceRequest] = []
+    s = session()
+    real = s.requests_to_submit
+
+    def spy() -> list[InferenceRequest]:
+        got = real()
+        requests.extend(got)
+        return got
+
+    s.requests_to_submit = spy  # type: ignore[method-assign]
+    run(s)
+    decoded = [r for r in requests if r.kind is not RequestKind.PARTIAL]
+    # Each word's audio is decoded once for the final: no decode spans two words.
+    spans = sorted((r.start_sample / SR, (r.start_sample + r.num_samples) / SR) for r in decoded)
+    for a, b in itertools.pairwise(spans):
+        assert a[1] <= b[0] + 1e-9
+    assert len(decoded) == len(SPANS)
+
+
+def test_with_commits_off_nothing_is_committed_and_partials_promise_nothing() -> None:
+    events = run(session(CommitPolicy("off")))
+    assert finals(events) == {0: "b0 b1 b2", 1: "b3 b4"}
+    assert not any(isinstance(e, Committed) for _, e in events)
+    assert all(e.stable_chars == 0 for _, e in events if isinstance(e, Partial))
+
+
+def test_speech_without_a_pause_is_cut_at_its_quietest_point() -> None:
+    # 5 s of words 50 ms apart (no pause the VAD hears) and a 4 s longest piece.
+    spans = [(0.3 + 0.35 * k, 0.6 + 0.35 * k) for k in range(15)]
+    events = run(session(), spans=spans)
+    committed = "".join(e.text for _, e in events if isinstance(e, Committed))
+    (final,) = finals(events).values()
+    assert committed and final.startswith(committed)
+    assert final == " ".join(f"b{k}" for k in range(15))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    frame=st.sampled_from([320, 1234, 3200, 16000, 64000]),
+    delay=st.floats(0.0, 1.5),
+    seed=st.integers(0, 2**16),
+)
+def test_committed_text_is_always_a_prefix_of_its_final(
+    frame: int, delay: float, seed: int
+) -> None:
+    events = run(session(), frame_bytes=frame, delay_s=delay, rng=random.Random(seed))
+    text = finals(events)
+    assert text == {0: "b0 b1 b2", 1: "b3 b4"}
+    joined: dict[int, str] = {}
+    for _, e in events:
+        if isinstance(e, Committed):
+            joined[e.utt_id] = joined.get(e.utt_id, "") + e.text
+            assert text[e.utt_id].startswith(joined[e.utt_id])
+        if isinstance(e, Partial):
+            assert text[e.utt_id].startswith(e.text[: e.stable_chars])
