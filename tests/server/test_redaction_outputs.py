@@ -26,7 +26,8 @@ from engine.model.directory import load_model_dir
 from sensestream.client import run_session
 from tests.callcentre.audiohook_emulator import AudioHookCall, play
 from tests.server.conftest import ServerProcess
-from tests.server.test_redaction import REFERENCE, SECRET, recording
+from tests.server.test_redaction import REFERENCE, recording
+from tests.server.test_redaction import server as redacting_server
 from tests.server.test_webhooks import Receiver, receiving
 from tests.speech import to_s16le
 from tools.g711 import encode_mulaw
@@ -41,12 +42,9 @@ TIMEOUT_S = 120.0
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 
-@pytest.fixture(scope="module")
-def server(demo_model: Path, hook_port: int) -> Iterator[ServerProcess]:
-    hooks = ("--webhook-allow", f"http://127.0.0.1:{hook_port}/", "--webhook-secret", SECRET)
-    proc = ServerProcess(demo_model, "--redact", "pci", *hooks)
-    yield proc
-    proc.stop()
+# The same `--redact pci` demo-model server, with webhooks, as test_redaction's (one per
+# module).
+server = redacting_server
 
 
 @pytest.fixture(scope="module")
