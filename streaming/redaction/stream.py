@@ -39,6 +39,8 @@ from streaming.redaction.policies import PRIORITY, Policy, Redaction
 CONTEXT_FINALS = 2
 #: A card has 13 to 19 digits: a final ending in fewer may be its first part.
 CARD_DIGITS = range(13, 20)
+#: The lengths most cards have (American Express, then Visa, Mastercard and most others).
+USUAL_CARD_DIGITS = (15, 16)
 #: The most finals held at once (parts, and the empty finals between them).
 MAX_HELD = 8
 DIGIT_POLICIES = frozenset({Policy.PCI, Policy.SSN, Policy.PHONE, Policy.NUMBERS})
@@ -202,17 +204,25 @@ def _card(digits: str, lenient: bool) -> bool:
 def _joining_run(held: _Held, second: str) -> re.Match[str] | None:
     """The run of `second` that completes the held card: its leading run, or its first run
     after words ("the last eight are ..."), when together they are Luhn-valid, or of a
-    card's length when the card was named."""
+    card's length when the card was named (after words: of a usual card's, 15 or 16)."""
     shift = len(second) - len(second.lstrip())
     lead = DIGIT_RUN.match(second, shift)
-    later = DIGIT_RUN.search(second)
+    later = DIGIT_RUN.search(second) if lead is None else None
     before = held.digits()
-    # A named card's part after words joins by its length too ("... the rest is 1111
-    # 1112", a digit misheard); another's only when the two pass the Luhn check.
-    for run, lenient in ((lead, held.named), (later if lead is None else None, held.named)):
-        if run is not None and _card(before + re.sub(r"\D", "", run.group()), lenient):
-            return run
-    return None
+    if lead is not None:
+        return lead if _card(before + _digits(lead), held.named) else None
+    if later is None:
+        return None
+    # A named card's part after words joins by a usual card's length too ("... and then
+    # 1111 1112", a digit misheard), never by any length: "... the card are 41111111.",
+    # then "Your reference number is 97543." are 13 digits, and no card.
+    joined = before + _digits(later)
+    usual = held.named and len(joined) in USUAL_CARD_DIGITS
+    return later if _card(joined, usual) else None
+
+
+def _digits(run: re.Match[str]) -> str:
+    return re.sub(r"\D", "", run.group())
 
 
 def _part(run: re.Match[str] | None) -> list[Found]:

@@ -254,3 +254,15 @@ def test_a_named_cards_part_after_words_joins_by_its_length_with_a_digit_mishear
     assert redactor.final(final(1, "My card number is 4111 1111")) == []
     sent = redactor.final(final(2, "and then 1111 1112."))  # fails the Luhn check
     assert [s.redacted.text for s in sent] == ["My card number is [PCI]", "and then [PCI]."]
+
+
+def test_a_number_after_a_named_cards_part_is_no_part_of_it_by_length_alone() -> None:
+    # As the demo model writes a card's last digits, then a reference number: 13 digits
+    # together, a card's length, but not a usual one, and no Luhn-valid number.
+    redactor = StreamRedactor(PCI)
+    assert redactor.final(final(1, "The last digits of the card are 41111111.")) == []
+    sent = redactor.final(final(2, "Your reference number is 97543.")) + redactor.release()
+    assert [s.redacted.text for s in sent] == [
+        "The last digits of the card are [PCI].",
+        "Your reference number is 97543.",
+    ]
