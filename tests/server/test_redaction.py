@@ -178,11 +178,15 @@ def test_an_upload_is_redacted_in_every_format(server: ServerProcess, talk: Path
 
 
 def upload(server: ServerProcess, wav: Path, response_format: str) -> str:
+    return post_upload(server, wav, [("response_format", response_format)])
+
+
+def post_upload(server: ServerProcess, wav: Path, fields: list[tuple[str, str]]) -> str:
+    """The file API's answer for `wav` with these form fields (the model's is given)."""
     boundary = uuid.uuid4().hex
-    fields = {"model": "whisper-1", "response_format": response_format}
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-        for k, v in fields.items()
+        for k, v in [("model", "whisper-1"), *fields]
     ]
     parts.append(
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="talk.wav"\r\n'

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import re
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from engine.model.directory import load_model_dir
 from sensestream.client import run_session
 from tests.callcentre.audiohook_emulator import AudioHookCall, play
 from tests.server.conftest import ServerProcess
-from tests.server.test_redaction import REFERENCE, recording
+from tests.server.test_redaction import REFERENCE, post_upload, recording
 from tests.server.test_redaction import server as redacting_server
 from tests.server.test_webhooks import Receiver, receiving
 from tests.speech import to_s16le
@@ -133,27 +132,6 @@ def test_the_leak_check_sees_a_card_however_it_is_written() -> None:
 # ---- the file API ---------------------------------------------------------------------
 
 
-def upload(server: ServerProcess, wav: Path, fields: list[tuple[str, str]]) -> str:
-    boundary = uuid.uuid4().hex
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-        for k, v in [("model", "whisper-1"), *fields]
-    ]
-    parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="talk.wav"\r\n'
-        "Content-Type: audio/wav\r\n\r\n".encode()
-        + wav.read_bytes()
-        + b"\r\n"
-    )
-    request = urllib.request.Request(
-        server.server.http_url + "/v1/audio/transcriptions",
-        data=b"".join(parts) + f"--{boundary}--\r\n".encode(),
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
-    )
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-        return str(answer.read().decode())
-
-
 @pytest.mark.parametrize("response_format", ["json", "text", "srt", "vtt", "stream"])
 def test_no_file_format_carries_the_card(
     server: ServerProcess, talk: Path, tokenizer: spm.SentencePieceProcessor, response_format: str
@@ -161,7 +139,7 @@ def test_no_file_format_carries_the_card(
     fields = [("response_format", response_format)]
     if response_format == "stream":  # json's deltas as server-sent events
         fields = [("response_format", "json"), ("stream", "true")]
-    body = upload(server, talk, fields)
+    body = post_upload(server, talk, fields)
     seen = Seen(tokenizer).add(body)
     if response_format == "json":
         seen.add(json.loads(body))
@@ -180,7 +158,7 @@ def test_verbose_json_segments_and_words_carry_no_card_as_text_or_token_ids(
         ("timestamp_granularities[]", "segment"),
         ("timestamp_granularities[]", "word"),
     ]
-    answer = json.loads(upload(server, talk, fields))
+    answer = json.loads(post_upload(server, talk, fields))
     assert len(answer["segments"]) == 2 and answer["words"], answer
     Seen(tokenizer).add(answer).check("verbose_json", ids=True)
     words = " ".join(w["word"] for w in answer["words"])
@@ -303,5 +281,5 @@ def test_audiohook_transcripts_and_their_words_carry_no_card(
 
 
 def test_the_server_log_holds_no_card(server: ServerProcess, talk: Path) -> None:
-    upload(server, talk, [("response_format", "text")])  # at least one card went by
+    post_upload(server, talk, [("response_format", "text")])  # at least one card went by
     assert leaks(server.log) == []
