@@ -83,6 +83,9 @@ class ListenConfig:
     # limits. Only list proxies that overwrite or append to that header: anyone else could
     # name any address.
     forwarded_allow_ips: str | None = None
+    # Which of X-Forwarded-For and Forwarded those proxies write: the other one is then the
+    # client's own and ignored. "both" reads each, and when they disagree believes neither.
+    forwarded_headers: str = "both"
     # Client secrets (POST /v1/realtime/client_secrets) are signed with this (32+ bytes;
     # best through SENSESTREAM_TOKEN_SECRET or the file). Hosts that must take each
     # other's tokens share it; unset, each start makes a random one (tokens die with it).
@@ -96,7 +99,8 @@ class ListenConfig:
         return decode_secret(self.audiohook_client_secret)
 
     def __post_init__(self) -> None:
-        TrustedProxies.parse(self.forwarded_allow_ips)  # raises for anything but IPs, CIDRs
+        # Raises for anything but IPs, CIDRs and the two header names.
+        TrustedProxies.parse(self.forwarded_allow_ips, self.forwarded_headers)
         for name, port in (("port", self.port), ("metrics_port", self.metrics_port)):
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{name} must be within 0..65535")
@@ -157,7 +161,7 @@ class ListenConfig:
 
     @property
     def trusted_proxies(self) -> TrustedProxies:
-        return TrustedProxies.parse(self.forwarded_allow_ips)
+        return TrustedProxies.parse(self.forwarded_allow_ips, self.forwarded_headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,11 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Proxies in front (comma-separated IPs and CIDRs) whose X-Forwarded-For or "
             "Forwarded header names the client for per-IP limits; unset: none."
         ),
+        "forwarded_headers": (
+            "Which header the --forwarded-allow-ips proxies write: x-forwarded-for, "
+            "forwarded, or both (each read; two that disagree name no one, and the proxy's "
+            "address counts). Name the one: a client's copy of the other is then ignored."
+        ),
         "token_secret": (
             "Secret that signs client secrets (POST /v1/realtime/client_secrets): 32+ bytes, "
             "the same on every host that takes the others' tokens; unset, with no file: a "

@@ -25,6 +25,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: Unquoted values are read leniently (a bracketed IPv6 address some proxies leave bare).
 _PAIR = re.compile(r'\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;,"]*)\s*')
 _ESCAPE = re.compile(r"\\(.)")
+XFF, FORWARDED = "x-forwarded-for", "forwarded"
+FORWARDING_HEADERS = (XFF, FORWARDED)
 #: The schemes a Forwarded `proto=` (or X-Forwarded-Proto) may set.
 _PROTOS = ("http", "https")
 PROTO = b"x-forwarded-proto"
@@ -35,10 +37,20 @@ class TrustedProxies:
     """The proxies whose forwarding headers are believed: addresses and CIDR ranges."""
 
     networks: tuple[IPNetwork, ...] = ()
+    # The forwarding headers they write: the other one, if a request carries it, is the
+    # client's own and never read. Both: each is read, and two that disagree name no one.
+    writes: tuple[str, ...] = FORWARDING_HEADERS
 
     @classmethod
-    def parse(cls, text: str | None) -> TrustedProxies:
-        """From `10.0.0.0/8, 192.0.2.7`; raises ValueError for anything but IPs and CIDRs."""
+    def parse(cls, text: str | None, headers: str = "both") -> TrustedProxies:
+        """From `10.0.0.0/8, 192.0.2.7` and which headers they write (`x-forwarded-for`,
+        `forwarded` or `both`); raises ValueError for anything but IPs and CIDRs, or
+        another header name."""
+        writes = FORWARDING_HEADERS if headers == "both" else (headers,)
+        if not set(writes) <= set(FORWARDING_HEADERS):
+            raise ValueError(
+                f"forwarded_headers must be x-forwarded-for, forwarded or both; got {headers!r}"
+            )
         networks: list[IPNetwork] = []
         for item in (text or "").split(","):
             if not item.strip():
@@ -50,7 +62,7 @@ class TrustedProxies:
                     f"forwarded_allow_ips: {item.strip()!r} is not an IP address or a CIDR "
                     "range (10.0.0.0/8) with no host bits set"
                 ) from exc
-        return cls(tuple(networks))
+        return cls(tuple(networks), writes)
 
     def __bool__(self) -> bool:
         return bool(self.networks)
@@ -227,8 +239,9 @@ class ForwardedHeader:
         peer = scope.get("client")
         if not peer or not self.trusted.trusts(str(peer[0])):
             return scope
-        xff = list(_headers(scope, b"x-forwarded-for"))
-        forwarded = list(_headers(scope, b"forwarded"))
+        writes = self.trusted.writes
+        xff = list(_headers(scope, b"x-forwarded-for")) if XFF in writes else []
+        forwarded = list(_headers(scope, b"forwarded")) if FORWARDED in writes else []
         if not xff and not forwarded:
             return scope
         client = proxied_client(xff, forwarded, self.trusted, _last(_headers(scope, PROTO)))

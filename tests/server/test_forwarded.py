@@ -228,3 +228,36 @@ def test_the_asgi_layer_rewrites_client_and_scheme_only_for_a_trusted_peer() -> 
     trusted, untrusted = seen
     assert (trusted["client"], trusted["scheme"]) == (("198.51.100.1", 0), "wss")
     assert (untrusted["client"], untrusted["scheme"]) == (("203.0.113.7", 5000), "ws")
+
+
+@pytest.mark.parametrize(
+    ("writes", "client"),
+    [
+        # The proxy writes Forwarded: a client's X-Forwarded-For is its own, and ignored.
+        ("forwarded", ("198.51.100.20", 0)),
+        # The proxy writes X-Forwarded-For: a client's Forwarded is ignored.
+        ("x-forwarded-for", ("203.0.113.9", 0)),
+        # Both read: they disagree, so neither is believed (the proxy's address).
+        ("both", ("10.0.0.9", 5000)),
+    ],
+)
+def test_the_header_the_proxies_write_is_the_only_one_read(
+    writes: str, client: tuple[str, int]
+) -> None:
+    seen: list[dict[str, object]] = []
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        seen.append(scope)
+
+    headers = [(b"x-forwarded-for", b"203.0.113.9"), (b"forwarded", b"for=198.51.100.20")]
+    layer = ForwardedHeader(app, TrustedProxies.parse("10.0.0.0/8", writes))
+    scope = {"type": "http", "client": ("10.0.0.9", 5000), "scheme": "http", "headers": headers}
+    asyncio.run(layer(scope, None, None))
+    assert seen[0]["client"] == client
+
+
+def test_forwarded_headers_takes_only_the_two_names() -> None:
+    with pytest.raises(ValueError, match="forwarded_headers must be"):
+        load_config(["--forwarded-headers", "x-real-ip"], {})
+    config = load_config(["--forwarded-headers", "forwarded"], {})
+    assert config.listen.trusted_proxies.writes == ("forwarded",)
