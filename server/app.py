@@ -38,7 +38,7 @@ from server.host.link import HostLink, WorkerSeat
 from server.host.local import Host, LocalHost
 from server.host.messages import Gathered, Topic
 from server.hotwords_file import stream_refusal
-from server.http.access import scoped
+from server.http.access import scoped, speaks_for
 from server.http.addresses import page_url
 from server.http.auth import load_keys, load_token_secret, origin_allowed, presented_token
 from server.http.client_address import client_host
@@ -481,7 +481,7 @@ class App:
         who = self._counted(self.credential(conn))
         if isinstance(who, Refused):
             return None
-        return who.tenant if isinstance(who, Grant) else who
+        return speaks_for(who)
 
     def _counted(self, who: Tenant | Grant | Refused) -> Tenant | Grant | Refused:
         if isinstance(who, Refused):
@@ -702,7 +702,7 @@ class App:
         if self.engine is None or self.vad is None or self.report is None:
             return text_response(503, "server is not ready\n")
         grant = who if isinstance(who, Grant) else None
-        claim = Claim(self.keys, who.tenant if isinstance(who, Grant) else who)
+        claim = Claim(self.keys, None if who is None else speaks_for(who))
         pins = grant.pins if grant is not None else Pins()
         try:
             codec = route.make_codec(self._handshake(websocket), self.codec_settings(claim, pins))

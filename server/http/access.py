@@ -16,6 +16,11 @@ from server.http.scopes import INSUFFICIENT_SCOPE, challenge, scope_message
 from server.http.tenants import Tenant
 
 
+def speaks_for(who: Tenant | Grant) -> Tenant:
+    """The tenant a key is, or a client secret speaks for."""
+    return who.tenant if isinstance(who, Grant) else who
+
+
 def permits(who: Tenant | Grant, scope: str) -> bool:
     """Whether a key's tenant or a client secret may do `scope`."""
     return isinstance(who, Tenant) or scope in who.scopes
@@ -29,4 +34,4 @@ def scoped(who: Tenant | Grant | Refused, scope: str) -> Tenant | Response:
     if not permits(who, scope):
         text = f"{INSUFFICIENT_SCOPE}: {scope_message(scope)}\n"
         return text_response(403, text, challenge(scope))
-    return who.tenant if isinstance(who, Grant) else who
+    return speaks_for(who)
