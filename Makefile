@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.ray-installed
 REPLICAS ?= 2
+# Test processes (pytest-xdist); TEST_WORKERS=0 runs the suite in this one.
+TEST_WORKERS ?= 2
 
 .PHONY: venv ray system-deps serve replicas test lint typecheck unit image-test bench-engine clean
 
@@ -47,7 +49,7 @@ system-deps:
 	bash scripts/system_deps.sh
 
 unit: ray system-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test: lint typecheck unit image-test
 
