@@ -256,7 +256,7 @@ class SessionSettings:
     # Commit text at the pauses inside an utterance ("pauses"), decoding each piece once,
     # or only at its end ("off"); a stream may choose (streaming/pieces/policy.py).
     commit: str = "off"
-    commit_silence_ms: int = 150
+    commit_silence_ms: int = 100
     max_piece_ms: int = 6000
     # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
@@ -517,7 +517,11 @@ def _help(name: str, f: dataclasses.Field[Any]) -> str:
 
 def load_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ServerConfig:
     """Merge file, environment and command line into one validated config."""
-    args = build_parser().parse_args(argv)
+    return config_from_args(build_parser().parse_args(argv), environ)
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> ServerConfig:
+    """The config for `build_parser()`'s parsed `args`, over the file and environment."""
     fields = option_fields()
     values: dict[str, Any] = {}
     config_file = args.config or environ.get(ENV_PREFIX + "CONFIG")

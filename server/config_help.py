@@ -195,7 +195,7 @@ HELP: Mapping[str, str] = MappingProxyType(
         ),
         "max_piece_ms": (
             "With --commit pauses, speech that runs on this long without such a pause is "
-            "cut at its quietest 100 ms. In ms: above 600."
+            "cut where a pause has begun, else at its quietest 100 ms. In ms: above 600."
         ),
         "vad_thread": (
             "Run live streams' VAD on a thread of its own, not the event loop; "

@@ -618,6 +618,8 @@ class Session:
             segments = opened + self._segmenter.block([], until, self._ring.start)
         self._fed = until
         self._pending_end = step.pending_end
+        if self._commits:
+            self._skip_pause(before)
         for seg in segments:
             self._on_segment(seg, now, StopCause.MAX_LENGTH if seg.forced else StopCause.VAD)
         self._withdraw_obsolete_early()
@@ -686,13 +688,14 @@ class Session:
         return _Utterance(start, start, window, pieces=pieces)
 
     def _close_pieces(self, seg: SegmentEvent, utt: _Utterance, now: float) -> None:
-        """The utterance ended: its last piece is decoded (unless it holds too little to),
-        and the final is its pieces' text once every one is back."""
+        """The utterance ended: its last piece is decoded (unless it holds too little to,
+        or only the pause a commit was cut at), and the final is its pieces' text once
+        every one is back."""
         pieces = utt.pieces
         if pieces is None:
             return
         start = pieces.open_start
-        if seg.end - start < self._config.commits.window_samples:
+        if seg.end - start < self._config.commits.window_samples or pieces.paused_at is not None:
             pieces.close(seg.end, None)
         else:
             last = replace(seg, start=start)
@@ -749,13 +752,36 @@ class Session:
         if cut is None:
             return
         seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, utt.pieces.open_start)
-        request = self._request(seg, RequestKind.FINAL, self._ring.read(seg.start, cut), now)
-        utt.pieces.cut(cut, request.request_id)
+        # A cut in a pause (at its start, or a longest piece's quietest point in it):
+        # the next piece waits for the speech after it, and this one is decoded with the
+        # pause heard so far after it, as a final is with its end silence.
+        pause = self._pending_end
+        in_pause = pause is not None and pause <= cut
+        tail = min(self._fed, cut + self._config.commits.silence_samples) if in_pause else cut
+        request = self._request(seg, RequestKind.FINAL, self._ring.read(seg.start, tail), now)
+        utt.pieces.cut(cut, request.request_id, pause if in_pause else None)
         self._requests.append(request)
         # Partials decode the open piece alone from here.
         policy = self._config.partials
         utt.window = PartialWindow(cut, policy.hold_ms, policy.context_ms)
         utt.partial_end = cut
+
+    def _skip_pause(self, block_start: int) -> None:
+        """Speech resumed (in the block from `block_start`) inside the pause the open piece
+        began at: the piece begins a block and the preroll before that block, not where
+        the pause began. A model given a second of quiet ahead of speech may hear words in
+        it; the pause's end is the audio's, so every path skips alike."""
+        utt_id = self._segmenter.open_utt_id
+        utt = None if utt_id is None else self._utts.get(utt_id)
+        pieces = None if utt is None else utt.pieces
+        if utt is None or pieces is None or pieces.paused_at is None:
+            return
+        if self._pending_end == pieces.paused_at:
+            return  # still the same pause
+        back = self._config.block_samples + self._config.segmenter.preroll_samples
+        pieces.resume(block_start - back)
+        policy = self._config.partials
+        utt.window = PartialWindow(pieces.open_start, policy.hold_ms, policy.context_ms)
 
     def _commit_point(self, piece_start: int) -> int | None:
         """Where the open piece (from `piece_start`) is cut now, if anywhere."""
@@ -766,6 +792,8 @@ class Session:
             return pause
         if self._fed - piece_start < policy.max_samples:
             return None
+        if pause is not None and policy.min_samples <= pause - piece_start and pause <= self._fed:
+            return pause  # a pause has begun, not yet as long as the commit silence
         # Speech that runs on: its quietest stretch in the open piece's second half.
         begin = piece_start + policy.max_samples // 2
         audio = self._ring.read(begin, self._fed)

@@ -3,10 +3,15 @@
 With `pauses`, a pause of `commit_silence_ms` inside an utterance (shorter than the end
 silence that closes it) commits everything before it. The pause is measured as the voice
 detector measures the end silence, from where it places the speech's end: the FSMN places
-it about 100 ms into a pause, so the default 150 ms commits at pauses of about 250 ms.
-Speech that runs on without such a pause is cut at its quietest `quiet_window_ms` once the
-open piece passes `max_piece_ms`. Each committed piece is decoded once and its text never
-changes; the final is the committed pieces' text and the last piece's. The rule reads the
+it about 100 ms into a pause, so the default 100 ms commits at pauses of about 200 ms
+(measured: docs/benchmarks.md, "Live text at pauses").
+Once the open piece passes `max_piece_ms` it is cut where a pause has begun (shorter as yet
+than the commit silence), else, in speech that runs on, at its quietest `quiet_window_ms`.
+A piece cut in a pause is decoded with the pause heard so far after it (up to the commit
+silence), and the next piece begins shortly before the speech after the pause: a model
+handed a second of quiet ahead of speech may hear words in it. Each committed piece is
+decoded once and its text never changes; the final is the committed pieces' text and the
+last piece's (none, if the utterance ends in the pause a piece was cut at). The rule reads the
 audio alone (the voice detector's verdicts and the samples, block by block), so a live
 stream, a replay and an upload of the same audio are cut alike.
 """
@@ -29,7 +34,7 @@ class CommitPolicy:
     """How an utterance is cut into committed pieces (`mode` "off": it is not)."""
 
     mode: str = "off"
-    commit_silence_ms: int = 150
+    commit_silence_ms: int = 100
     max_piece_ms: int = 6000
     # A piece shorter than this is not cut off: too little audio to decode on its own.
     min_piece_ms: int = 600

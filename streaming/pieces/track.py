@@ -26,6 +26,8 @@ class PieceTrack:
     def __init__(self, utt_start: int) -> None:
         self.utt_start = utt_start
         self.open_start = utt_start  # where the open piece begins
+        # Where the pause the open piece began in was placed, until speech resumes in it.
+        self.paused_at: int | None = None
         self._committed: list[_Piece] = []
         self._last: _Piece | None = None  # the piece the utterance ended with
         self._closed = False
@@ -37,10 +39,19 @@ class PieceTrack:
     def closed(self) -> bool:
         return self._closed
 
-    def cut(self, end: int, request_id: int) -> None:
-        """Commit the open piece up to `end`; its decode is `request_id`."""
+    def cut(self, end: int, request_id: int, pause: int | None) -> None:
+        """Commit the open piece up to `end`; its decode is `request_id`. `pause`: where
+        the voice detector placed the start of the pause `end` lies in (None: `end` is
+        inside speech); the next piece then begins once speech resumes (`resume`)."""
         self._committed.append(_Piece(self.open_start, end, request_id))
         self.open_start = end
+        self.paused_at = pause
+
+    def resume(self, start: int) -> None:
+        """Speech resumed in the pause the open piece began at: it begins at `start`
+        (never before the cut), so the pause's silence is no part of its decode."""
+        self.open_start = max(self.open_start, start)
+        self.paused_at = None
 
     def close(self, end: int, request_id: int | None) -> None:
         """The utterance ended at `end`: its last piece is decoded by `request_id` (None: it

@@ -85,6 +85,28 @@ Streamed = dict[str, Decoded | Exception]
 
 @pytest.fixture(scope="module")
 def streamed(server: ServerProcess, test_set: list[AudioFile]) -> Streamed:
+    return stream_every_path(server, test_set)
+
+
+@pytest.fixture(scope="module")
+def committing_server(demo_model: Path) -> Iterator[ServerProcess]:
+    """Text committed at the pauses (issue 49), with an end silence (2.5 s) longer than
+    the test set's pauses between sentences and room for a whole file in one utterance:
+    each file is one utterance, and its sentences (and any pause inside one) are the
+    pieces committed inside it."""
+    options = ("--commit", "pauses")
+    options += ("--end-silence-ms", "2500", "--max-segment-ms", "30000")
+    proc = ServerProcess(demo_model, *options)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def streamed_committing(committing_server: ServerProcess, test_set: list[AudioFile]) -> Streamed:
+    return stream_every_path(committing_server, test_set)
+
+
+def stream_every_path(server: ServerProcess, test_set: list[AudioFile]) -> Streamed:
     """Every path's hypotheses (or its client's failure), from one concurrent pass."""
     run = hypotheses(Server(f"127.0.0.1:{server.port}"), test_set)
     texts = asyncio.run(asyncio.wait_for(run, STREAM_TIMEOUT_S))

@@ -7,7 +7,6 @@ given, so a piece's text is exactly its bursts and the final is the utterance's 
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from streaming.events import Committed, Final, Partial, SessionEvent
 from streaming.pieces.policy import CommitPolicy
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
+from streaming.vad.types import VadConfig
 from tests.speech import chunks, to_s16le
 from tests.streaming.fakes import EnergyVadModel, tone_bursts
 
@@ -47,8 +47,12 @@ def burst_decoder(spans: list[tuple[float, float]]) -> Callable[[InferenceReques
     return decode
 
 
-def session(commits: CommitPolicy = PAUSES) -> Session:
-    config = SessionConfig(segmenter=SegmenterConfig(preroll_ms=0), commits=commits)
+def session(commits: CommitPolicy = PAUSES, end_silence_ms: int = 500) -> Session:
+    config = SessionConfig(
+        vad=VadConfig(end_silence_ms=end_silence_ms),
+        segmenter=SegmenterConfig(preroll_ms=0),
+        commits=commits,
+    )
     s = Session("s", config, EnergyVadModel())
     s.handle(Configure(AudioFormat()), 0.0)
     return s
@@ -60,6 +64,7 @@ def run(
     delay_s: float = 0.2,
     rng: random.Random | None = None,
     spans: list[tuple[float, float]] = SPANS,
+    total_s: float = TOTAL_S,
 ) -> list[tuple[float, SessionEvent]]:
     """The audio at the pace of speech; each decode answered `delay_s` later (random
     delays up to it, so out of order, with `rng`); then stop. Events with their times."""
@@ -79,13 +84,14 @@ def run(
             s.receive_result(InferenceResult(r.ref, decode(r)), now)
         out.extend((now, e) for e in s.events_to_send())
 
-    audio = to_s16le(tone_bursts(spans, TOTAL_S))
+    audio = to_s16le(tone_bursts(spans, total_s))
     now = 0.0
     for piece in chunks(audio, frame_bytes):
         now += len(piece) / (2 * SR)
         s.handle(Audio(piece), now)
         step(now)
     s.handle(Stop(), now)
+    step(now)
     while waiting:
         now += 0.05
         step(now)
@@ -121,9 +127,9 @@ def test_committed_text_goes_out_before_the_final_and_partials_promise_it() -> N
         assert text[p.utt_id].startswith(p.text[: p.stable_chars])
 
 
-def test_the_final_comes_with_the_last_pause_not_a_decode_of_the_whole_utterance() -> None:
+def spied(s: Session) -> list[InferenceRequest]:
+    """Every request the session hands out from now on, in order."""
     requests: list[InferenceRequest] = []
-    s = session()
     real = s.requests_to_submit
 
     def spy() -> list[InferenceRequest]:
@@ -132,13 +138,59 @@ def test_the_final_comes_with_the_last_pause_not_a_decode_of_the_whole_utterance
         return got
 
     s.requests_to_submit = spy  # type: ignore[method-assign]
+    return requests
+
+
+def test_the_final_comes_with_the_last_pause_not_a_decode_of_the_whole_utterance() -> None:
+    s = session()
+    requests = spied(s)
     run(s)
     decoded = [r for r in requests if r.kind is not RequestKind.PARTIAL]
-    # Each word's audio is decoded once for the final: no decode spans two words.
-    spans = sorted((r.start_sample / SR, (r.start_sample + r.num_samples) / SR) for r in decoded)
-    for a, b in itertools.pairwise(spans):
-        assert a[1] <= b[0] + 1e-9
-    assert len(decoded) == len(SPANS)
+    # Each word's audio is decoded once for the final, alone: every decode holds one
+    # word whole, and no word is in two (a decode may share some of a pause's silence
+    # with the next: it is decoded with the pause it was cut at).
+    spans = [(r.start_sample / SR, (r.start_sample + r.num_samples) / SR) for r in decoded]
+    holding = [[k for k, (a, b) in enumerate(SPANS) if s <= a and b <= e] for s, e in spans]
+    assert sorted(holding) == [[k] for k in range(len(SPANS))]
+
+
+def test_a_piece_after_a_long_pause_is_decoded_from_where_speech_resumed() -> None:
+    # One utterance (2 s end silence) with a 1.5 s pause inside it.
+    s = session(end_silence_ms=2000)
+    requests = spied(s)
+    events = run(s, spans=[(0.3, 1.0), (2.5, 3.2)], total_s=5.5)
+    assert finals(events) == {0: "b0 b1"}
+    starts = [r.start_sample / SR for r in requests if r.kind is not RequestKind.PARTIAL]
+    # The second piece starts a block (100 ms) before the block in which speech came
+    # back, not at the pause's start (1.0 s): a model is not handed the second of quiet.
+    assert starts[0] == 0.3 and 2.25 <= starts[1] <= 2.5, starts
+    late = [r for r in requests if r.kind is RequestKind.PARTIAL and r.start_sample > SR * 1.5]
+    assert all(r.start_sample >= SR * 2.25 for r in late)
+
+
+def test_a_longest_piece_cut_in_a_pause_also_leaves_the_pause_out_of_the_next() -> None:
+    # Words 50 ms apart (no pause the VAD hears) until 4.1 s: the piece reaches its
+    # longest (4 s) 200 ms into the pause that follows, before the commit silence (250 ms),
+    # so it is cut at its quietest point, inside that pause. The next word is at 5.8 s.
+    spans = [(0.3 + 0.35 * k, 0.6 + 0.35 * k) for k in range(11)] + [(5.8, 6.5)]
+    s = session(end_silence_ms=2000)
+    requests = spied(s)
+    events = run(s, spans=spans, total_s=8.0)
+    assert finals(events) == {0: " ".join(f"b{k}" for k in range(12))}
+    starts = [r.start_sample / SR for r in requests if r.kind is not RequestKind.PARTIAL]
+    assert len(starts) == 2 and 5.55 <= starts[1] <= 5.8, starts
+
+
+def test_an_utterance_that_ends_inside_a_pause_decodes_none_of_the_pause() -> None:
+    # The word is committed at its pause; the stream stops 1.2 s into the pause (before
+    # the 2 s end silence), which ends the utterance there.
+    s = session(end_silence_ms=2000)
+    requests = spied(s)
+    events = run(s, spans=[(0.3, 1.0)], total_s=2.2)
+    assert finals(events) == {0: "b0"}
+    decoded = [r for r in requests if r.kind is not RequestKind.PARTIAL]
+    # Decoded once, from the word's start to 250 ms (the commit silence) into its pause.
+    assert [(r.start_sample, r.num_samples) for r in decoded] == [(int(0.3 * SR), int(0.95 * SR))]
 
 
 def test_with_commits_off_nothing_is_committed_and_partials_promise_nothing() -> None:

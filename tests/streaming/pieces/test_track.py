@@ -12,8 +12,8 @@ def said(text: str) -> Transcript:
 
 def test_pieces_commit_in_order_whatever_order_their_decodes_come_in() -> None:
     track = PieceTrack(0)
-    track.cut(8000, request_id=1)
-    track.cut(16000, request_id=2)
+    track.cut(8000, request_id=1, pause=None)
+    track.cut(16000, request_id=2, pause=None)
     track.answer(2, said("how are you?"))
     assert track.commits() == []  # the first is not back: nothing may go before it
     track.answer(1, said("Hello,"))
@@ -23,7 +23,7 @@ def test_pieces_commit_in_order_whatever_order_their_decodes_come_in() -> None:
 
 def test_the_final_is_the_committed_text_then_the_last_piece() -> None:
     track = PieceTrack(0)
-    track.cut(8000, 1)
+    track.cut(8000, 1, pause=None)
     track.answer(1, said("Hello,"))
     track.close(20000, 2)
     assert not track.complete
@@ -34,7 +34,7 @@ def test_the_final_is_the_committed_text_then_the_last_piece() -> None:
 
 def test_a_last_piece_too_short_to_decode_leaves_the_committed_text() -> None:
     track = PieceTrack(0)
-    track.cut(8000, 1)
+    track.cut(8000, 1, pause=None)
     track.close(8500, None)
     assert not track.complete
     track.answer(1, said("Thanks."))
@@ -43,8 +43,21 @@ def test_a_last_piece_too_short_to_decode_leaves_the_committed_text() -> None:
 
 def test_a_failed_piece_fails_the_utterance_and_commits_nothing_more() -> None:
     track = PieceTrack(0)
-    track.cut(8000, 1)
+    track.cut(8000, 1, pause=None)
     track.fail(1, "out_of_memory", "no")
     assert track.failure == ("out_of_memory", "no") and track.commits() == []
     track.fail(99, "other", "not this track's")
     assert track.failure == ("out_of_memory", "no")
+
+
+def test_a_piece_cut_at_a_pause_begins_where_speech_resumes_never_before_the_cut() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, 1, pause=8000)
+    assert track.paused_at == 8000 and track.open_start == 8000
+    track.resume(20000)
+    assert track.open_start == 20000 and track.paused_at is None
+    track.cut(30000, 2, pause=29000)
+    track.resume(25000)  # a resumption placed before the cut moves nothing back
+    assert track.open_start == 30000
+    track.cut(40000, 3, pause=None)  # a cut inside speech: no pause to skip
+    assert track.paused_at is None
