@@ -15,7 +15,7 @@ USAGE = """usage: sensestream COMMAND [ARGS...]
 commands:
   serve [OPTIONS]              run the server (as `python -m server`; `serve --help`)
   stream FILE... [--url URL]   replay audio files to a server as live streams, print captions
-  transcribe FILE... [OPTIONS] transcribe audio files here, one JSON line a file
+  transcribe FILE... [OPTIONS] transcribe audio files here as the server does, a JSON line each
 options:
   --version                    print the version and exit
   -h, --help                   print this help and exit
@@ -35,9 +35,9 @@ def _stream(args: list[str]) -> int:
 
 
 def _transcribe(args: list[str]) -> int:
-    from engine.cli import main
+    from sensestream.transcribe import main
 
-    return main(["transcribe", *args])
+    return main(args)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
