@@ -1,9 +1,10 @@
 """Live text at pauses (issue 49): how soon a word is committed, how much of each final was
 committed before it, and the final's latency and WER against `commit: off`, in one run.
 
-The speech is like a call's: utterances of 2 to 4 clauses (held-out demo sentences spoken
-by espeak-ng, their own silence trimmed) joined by `--clause-gap-ms` of silence, utterances
-`--utterance-gap-ms` apart, on a faint noise floor. One real server (the demo model) takes
+The speech is like a call's: utterances of 2 to 4 held-out demo sentences, each spoken by
+espeak-ng in phrases of `--phrase-words` words (each phrase said alone, its own silence
+trimmed: a clause), the clauses joined by `--clause-gap-ms` of silence, utterances
+`--utterance-gap-ms` apart, on a faint noise floor. The reference is the sentences whole. One real server (the demo model) takes
 the same audio once per arm and round, at real pace (100 ms frames on the wall clock), with
 `commit` "pauses" or "off" in the v1 `start`; the arms take turns.
 
@@ -95,7 +96,7 @@ class Utterance:
 
     @property
     def text(self) -> str:
-        return " ".join(c.text for c in self.clauses)
+        return " ".join(c.text for c in self.clauses if c.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,21 +159,48 @@ def said(written: str, spoken: str, voice: str, cache: Path) -> Said:
     return Said(written, audio, monotone_ends([*lengths, audio.size], audio.size))
 
 
-def spoken_clauses(
-    seconds: float, seed: int, voice: str, cache: Path, gaps: tuple[int, int]
-) -> list[list[Said]]:
-    """Utterances of 2 to 4 held-out sentences, until the stream laid out with its
-    (clause, utterance) `gaps` in samples reaches `seconds`."""
-    rng = random.Random(seed)
-    sentences = iter(held_out(seed, 400))
+def phrase_sizes(words: int, sizes: tuple[int, int], rng: random.Random) -> list[int]:
+    """How many words each phrase of a `words`-word sentence holds, each drawn at random
+    within `sizes` (low, high) so that what is left can still make a phrase (where it
+    cannot, the rest is one phrase); (0, 0): the whole sentence is one phrase."""
+    low, high = sizes
+    out: list[int] = []
+    left = words
+    while low > 0 and left > high and min(high, left - low) >= low:
+        n = rng.randint(low, min(high, left - low))
+        out.append(n)
+        left -= n
+    return [*out, left]
+
+
+def phrases(written: str, spoken: str, sizes: list[int], voice: str, cache: Path) -> list[Said]:
+    """A sentence spoken in phrases of `sizes` words, each said alone (a pause follows
+    it). The first phrase carries the sentence's written text, the others none: the
+    reference is the sentence whole, however its audio is cut."""
+    words, out, at = spoken.split(), [], 0
+    for k, n in enumerate(sizes):
+        text = " ".join(words[at : at + n])
+        out.append(said(written if k == 0 else "", text, voice, cache))
+        at += n
+    return out
+
+
+def spoken_clauses(args: argparse.Namespace, gaps: tuple[int, int]) -> list[list[Said]]:
+    """Utterances of 2 to 4 held-out sentences, each spoken in phrases of
+    `args.phrase_words` words, until the stream laid out with its (clause, utterance)
+    `gaps` in samples reaches `args.seconds`."""
+    rng = random.Random(args.seed)
+    sentences = iter(held_out(args.seed, 400))
     clause_gap, utterance_gap = gaps
     total, out = utterance_gap, []
-    while total < seconds * SAMPLE_RATE:
-        utterance = []
-        for k in range(rng.randint(2, 4)):
+    while total < args.seconds * SAMPLE_RATE:
+        utterance: list[Said] = []
+        for _ in range(rng.randint(2, 4)):
             s = next(sentences)
-            utterance.append(said(s.written, s.spoken, voice, cache))
-            total += utterance[-1].audio.size + (clause_gap if k else utterance_gap)
+            sizes = phrase_sizes(len(s.spoken.split()), args.phrase_words, rng)
+            for c in phrases(s.written, s.spoken, sizes, args.voice, args.speech_cache):
+                total += c.audio.size + (clause_gap if utterance else utterance_gap)
+                utterance.append(c)
         out.append(utterance)
     return out
 
@@ -181,7 +209,7 @@ def make_speech(args: argparse.Namespace) -> Speech:
     """The stream: the clauses laid out with their gaps, on a -70 dBFS noise floor."""
     ms = SAMPLE_RATE // 1000
     gaps = (args.clause_gap_ms * ms, args.utterance_gap_ms * ms)
-    clauses = spoken_clauses(args.seconds, args.seed, args.voice, args.speech_cache, gaps)
+    clauses = spoken_clauses(args, gaps)
     spans = layout([[c.audio.size for c in u] for u in clauses], gaps[1], *gaps)
     audio = noise_floor(spans[-1][-1][1] + gaps[1], args.seed)
     utterances = []
@@ -503,18 +531,37 @@ def by_arm(runs: Sequence[Run]) -> Iterator[tuple[str, list[Run]]]:
         yield arm, [r for r in runs if r.arm == arm]
 
 
+def word_range(text: str) -> tuple[int, int]:
+    """`LOW,HIGH` words per phrase, 1 <= LOW <= HIGH, or `0,0`."""
+    low, _, high = text.partition(",")
+    try:
+        pair = (int(low), int(high))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("expected LOW,HIGH") from exc
+    if pair != (0, 0) and not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError("need 1 <= LOW <= HIGH, or 0,0")
+    return pair
+
+
 def parser() -> argparse.ArgumentParser:
     p = parser_for(__doc__)
     p.add_argument("--model", type=Path, default=Path("models/demo"))
     p.add_argument("--seconds", type=float, default=60.0, help="speech to make, about")
     p.add_argument("--seed", type=int, default=49)
     p.add_argument("--voice", default="en-us")
+    p.add_argument(
+        "--phrase-words",
+        type=word_range,
+        default=(3, 6),
+        metavar="LOW,HIGH",
+        help="words per phrase, each a clause with a pause after it (0,0: whole sentences)",
+    )
     p.add_argument("--clause-gap-ms", type=int, default=300)
     p.add_argument("--utterance-gap-ms", type=int, default=1500)
     p.add_argument(
         "--commit-silence-ms",
         type=int,
-        default=150,
+        default=100,
         help="the server's --commit-silence-ms (passed on; the commit's VAD-measured pause)",
     )
     p.add_argument("--speech-cache", type=Path, default=default_speech_dir())
