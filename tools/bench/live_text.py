@@ -4,9 +4,10 @@ committed before it, and the final's latency and WER against `commit: off`, in o
 The speech is like a call's: utterances of 2 to 4 held-out demo sentences, each spoken by
 espeak-ng in phrases of `--phrase-words` words (each phrase said alone, its own silence
 trimmed: a clause), the clauses joined by `--clause-gap-ms` of silence, utterances
-`--utterance-gap-ms` apart, on a faint noise floor. The reference is the sentences whole. One real server (the demo model) takes
-the same audio once per arm and round, at real pace (100 ms frames on the wall clock), with
-`commit` "pauses" or "off" in the v1 `start`; the arms take turns.
+`--utterance-gap-ms` apart, on a faint noise floor. The reference is the sentences
+whole. One real server (the demo model) takes the same audio once per arm and round, at
+real pace (100 ms frames on the wall clock), with `commit` "pauses" or "off" in the v1
+`start`; the arms take turns.
 
 Times are the client's (sensestream.client: time.monotonic, the clock of each frame's send
 and each event's arrival), from the send of the frame that completed the audio up to a
