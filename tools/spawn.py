@@ -131,16 +131,18 @@ class Output:
                     return first or None
                 self._changed.wait(left)
 
-    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str] | None:
-        """The first line, already printed or to come, that matches `pattern`."""
+    def wait_for(self, pattern: str, timeout_s: float, count: int = 1) -> re.Match[str] | None:
+        """The `count`th line, already printed or to come, that matches `pattern`."""
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout_s
-        checked = 0
+        checked = seen = 0
         with self._changed:
             while True:
                 for _, line in self._lines[checked:]:
                     if found := regex.search(line):
-                        return found
+                        seen += 1
+                        if seen == count:
+                            return found
                 checked = len(self._lines)
                 ended = sum(1 for _, line in self._lines if not line) == len(self._threads)
                 left = deadline - time.monotonic()

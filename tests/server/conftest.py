@@ -15,6 +15,8 @@ from tools.spawn import ServerSpec, SpawnedServer, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 240.0
+#: What each worker process logs once it is ready (`App`).
+WORKER_READY = r"ready in [0-9.]+ s"
 
 
 class ServerProcess:
@@ -40,9 +42,10 @@ class ServerProcess:
         """Every line the server has printed so far (stdout and stderr)."""
         return self.server.output.lines()
 
-    def wait_for(self, pattern: str, timeout: float = 120.0) -> re.Match[str]:
-        """A line matching `pattern`, already printed or to come (or fail with the log)."""
-        found = self.server.output.wait_for(pattern, timeout)
+    def wait_for(self, pattern: str, timeout: float = 120.0, count: int = 1) -> re.Match[str]:
+        """The `count`th line matching `pattern`, already printed or to come (or fail with
+        the log)."""
+        found = self.server.output.wait_for(pattern, timeout, count)
         if found is None:
             raise AssertionError(f"no {pattern!r} in server output:\n{''.join(self.log)}")
         return found
@@ -64,6 +67,7 @@ class ServerProcess:
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, workers: str) -> Iterator[ServerProcess]:
     proc = ServerProcess(tiny_model_dir, "--workers", workers)
+    proc.wait_for(WORKER_READY, count=int(workers))  # /readyz: the first worker ready
     yield proc
     proc.stop()
 

@@ -23,7 +23,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.server.conftest import ServerProcess
+from tests.server.conftest import WORKER_READY, ServerProcess
 from tests.speech import Clip, to_s16le
 
 SR = 16000
@@ -34,6 +34,8 @@ FRAME = 3200  # 100 ms of s16le
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
     yield proc
     proc.stop()
 
@@ -209,6 +211,8 @@ def test_a_killed_worker_loses_only_its_own_connections_and_comes_back(
     tiny_model_dir: Path, speech: bytes
 ) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
     try:
         victim = stats(proc)["processes"]["workers"][0]["pid"]
 
@@ -261,6 +265,8 @@ def test_a_killed_engine_process_is_restarted_and_every_final_arrives_once(
     tiny_model_dir: Path, speech: bytes
 ) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
     try:
         engine = stats(proc)["processes"]["engines"][0]["pid"]
 
@@ -283,6 +289,8 @@ def test_a_killed_engine_process_is_restarted_and_every_final_arrives_once(
 
 def test_sigterm_drains_both_workers_then_exits_zero(tiny_model_dir: Path, speech: bytes) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
 
     async def scenario() -> list[tuple[list[dict[str, Any]], int | None]]:
         sockets = [await pinned(proc.url, w) for w in (0, 1)]
@@ -318,6 +326,8 @@ def exited(pid: int, timeout_s: float) -> bool:
 
 def test_a_killed_supervisor_leaves_no_worker_or_engine_behind(tiny_model_dir: Path) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
     processes = stats(proc)["processes"]
     children = [p["pid"] for p in (*processes["workers"], *processes["engines"])]
     try:
@@ -336,6 +346,8 @@ def test_ctrl_c_reaches_the_supervisor_alone_which_drains_then_exits_zero(
     tiny_model_dir: Path, speech: bytes
 ) -> None:
     proc = ServerProcess(tiny_model_dir, "--workers", "2")
+    # /readyz answers from the first worker ready; every process's series need both.
+    proc.wait_for(WORKER_READY, count=2)
     processes = stats(proc)["processes"]
     children = [p["pid"] for p in (*processes["workers"], *processes["engines"])]
 
