@@ -741,17 +741,25 @@ class Session:
             return
         self._deliver_finals(now)
 
+    def _open_with_pieces(self) -> tuple[int, _Utterance, PieceTrack] | None:
+        """The open utterance, when it is cut into pieces (`commit: "pauses"`)."""
+        utt_id = self._segmenter.open_utt_id
+        utt = None if utt_id is None else self._utts.get(utt_id)
+        if utt_id is None or utt is None or utt.pieces is None:
+            return None
+        return utt_id, utt, utt.pieces
+
     def _maybe_commit(self, now: float) -> None:
         """Commit the open piece at a pause inside the utterance, or at its quietest point
         once it runs past its longest (`CommitPolicy`); its decode is part of the final."""
-        utt_id = self._segmenter.open_utt_id
-        utt = None if utt_id is None else self._utts.get(utt_id)
-        if utt is None or utt.pieces is None or utt_id is None:
+        open_utt = self._open_with_pieces()
+        if open_utt is None:
             return
-        cut = self._commit_point(utt.pieces.open_start)
+        utt_id, utt, pieces = open_utt
+        cut = self._commit_point(pieces.open_start)
         if cut is None:
             return
-        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, utt.pieces.open_start)
+        seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, pieces.open_start)
         # A cut in a pause (at its start, or a longest piece's quietest point in it):
         # the next piece waits for the speech after it, and this one is decoded with the
         # pause heard so far after it, as a final is with its end silence.
@@ -759,7 +767,7 @@ class Session:
         in_pause = pause is not None and pause <= cut
         tail = min(self._fed, cut + self._config.commits.silence_samples) if in_pause else cut
         request = self._request(seg, RequestKind.FINAL, self._ring.read(seg.start, tail), now)
-        utt.pieces.cut(cut, request.request_id, pause if in_pause else None)
+        pieces.cut(cut, request.request_id, pause if in_pause else None)
         self._requests.append(request)
         # Partials decode the open piece alone from here.
         policy = self._config.partials
@@ -771,11 +779,10 @@ class Session:
         began at: the piece begins a block and the preroll before that block, not where
         the pause began. A model given a second of quiet ahead of speech may hear words in
         it; the pause's end is the audio's, so every path skips alike."""
-        utt_id = self._segmenter.open_utt_id
-        utt = None if utt_id is None else self._utts.get(utt_id)
-        pieces = None if utt is None else utt.pieces
-        if utt is None or pieces is None or pieces.paused_at is None:
+        open_utt = self._open_with_pieces()
+        if open_utt is None or open_utt[2].paused_at is None:
             return
+        _, utt, pieces = open_utt
         if self._pending_end == pieces.paused_at:
             return  # still the same pause
         back = self._config.block_samples + self._config.segmenter.preroll_samples
