@@ -8,10 +8,13 @@ whatever mode the client asked for: funasr-client merges only `2pass-offline` re
 the offline server's `offline` string would leave its file transcripts empty.
 
 Online text only ever appends. In `online` mode nothing later replaces it, so it carries
-only text the final is sure to keep (SenseVoice settles text at the final, so an online
-client gets each utterance's text when it ends). In `2pass` mode the utterance's
-`2pass-offline` result replaces its online text on the client, so provisional text goes out
-as it appears: the part two partials in a row agree on.
+only text the final is sure to keep: text committed at the pauses inside an utterance
+(`commit: "pauses"`), else each utterance's text when it ends. In `2pass` mode the
+utterance's `2pass-offline` result replaces its online text on the client, so without
+commits provisional text goes out as it appears: the part two partials in a row agree on.
+With commits it carries committed text alone, as in `online` mode: a provisional guess that
+a commit then disagreed with could not be taken back, and every later commit of the
+utterance would have to wait for the offline result.
 
 The last message is the end-of-input acknowledgement as upstream's Python server sends
 it: the client's own mode, empty text, `is_end: true`, and `is_final: true` unless
@@ -31,7 +34,16 @@ from typing import Any
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Stop
 from streaming.errors import FrameTooLargeError, ProtocolError, StateError
-from streaming.events import Committed, Ended, ErrorEvent, Failed, Final, Partial, SessionEvent
+from streaming.events import (
+    Committed,
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    Partial,
+    SessionEvent,
+)
 from streaming.limits import SessionLimits
 from streaming.protocols.base import Frame
 from streaming.protocols.funasr.config import FunasrConfig, read_message
@@ -73,6 +85,7 @@ class FunasrCodec:
         self._committed_text: dict[int, str] = {}  # utterance -> its text committed so far
         self._last_partial: dict[int, str] = {}  # utterance -> its latest partial's text
         self._errors: list[str] = []  # what failed, for the acknowledgement
+        self._commits = False  # whether the session commits text at pauses (`Configured`)
 
     @property
     def max_message_bytes(self) -> int:
@@ -104,6 +117,8 @@ class FunasrCodec:
 
     def encode(self, event: SessionEvent) -> Sequence[Frame]:
         match event:
+            case Configured():
+                self._commits = event.options.commit == "pauses"
             case Partial():
                 return self._online(event)
             case Committed():
@@ -213,8 +228,9 @@ class FunasrCodec:
     def _take_partial(self, partial: Partial) -> int:
         """How much of a partial may go out as online text in the client's mode (in 2pass
         mode the partial is kept, to compare the next one with)."""
-        if self._config.mode == "online":
+        if self._config.mode == "online" or self._commits:
             # Nothing replaces an online client's text: only what the final is sure to keep.
+            # With commits, that is what a 2pass client gets too (see the module's notes).
             return partial.stable_chars
         # A 2pass client replaces an utterance's online text with its 2pass-offline result,
         # as upstream's own online pass is replaced, so provisional text may go out: the part

@@ -535,6 +535,28 @@ def test_committed_text_goes_out_as_online_text_at_once() -> None:
     assert c.encode(Committed(0, 0, 900, "Hello")) == ()
 
 
+def committing(mode: str) -> FunasrCodec:
+    """A codec whose session commits text at pauses, as its `Configured` says."""
+    c = codec()
+    c.decode(config(mode=mode))
+    options = StreamOptions(commit="pauses")
+    assert c.encode(Configured("s", AudioFormat(), options, "m", True)) == ()
+    return c
+
+
+def test_with_commits_2pass_online_text_is_the_committed_text_alone() -> None:
+    c = committing("2pass")
+    # Two partials agree on "Hello th", but nothing is committed: nothing goes out, so a
+    # commit that disagrees ("Hello there" decoded whole as "Hello, there") is not blocked.
+    assert online_texts(c, [partial("Hello th", 0), partial("Hello there", 0)]) == []
+    assert online_texts(c, [Committed(0, 0, 900, "Hello,")]) == ["Hello,"]
+    assert online_texts(c, [partial("Hello, the", 6), partial("Hello, ther", 6)]) == []
+    assert online_texts(c, [Committed(0, 900, 1800, " there.")]) == [" there."]
+    said = Transcript("Hello, there.", "en", "neutral", "speech", True, "Hello, there.", ())
+    (offline,) = parsed(c.encode(final(transcript=said)))
+    assert offline["mode"] == "2pass-offline" and offline["text"] == "Hello, there."
+
+
 def test_common_prefix_counts_shared_leading_characters() -> None:
     assert common_prefix("hello wor", "hello world") == 9
     assert common_prefix("", "abc") == 0
