@@ -855,6 +855,8 @@ class Session:
         utt = self._utts.get(utt_id)
         if utt is None or not self._config.partials.due(start, utt.last_partial, self._fed):
             return
+        if utt.pieces is not None and self._commit_coming(utt.pieces):
+            return  # due still: it goes out once speech resumes, if no commit came first
         if self._pending_end is not None and self._pending_end <= utt.last_partial:
             # A pause the last decode already reached: nothing new to caption, so the pause
             # counts as heard and the next partial waits for an interval of fresh audio.
@@ -865,6 +867,16 @@ class Session:
         seg = SegmentEvent(SegmentEventKind.STARTED, utt_id, begin)
         audio = self._ring.read(begin, self._fed)
         self._requests.append(self._request(seg, RequestKind.PARTIAL, audio, now))
+
+    def _commit_coming(self, pieces: PieceTrack) -> bool:
+        """Whether a partial of the open piece now would be wasted: a pause has begun
+        after enough of it to be cut there (the commit, a moment away, decodes the same
+        audio and shows its text for good), or it has been cut and speech has not resumed
+        (a partial would decode only the pause's quiet)."""
+        if pieces.paused_at is not None:
+            return True
+        pause = self._pending_end
+        return pause is not None and pause - pieces.open_start >= self._config.commits.min_samples
 
     def _request(
         self, seg: SegmentEvent, kind: RequestKind, audio: np.ndarray, now: float

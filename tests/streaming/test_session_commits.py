@@ -7,6 +7,7 @@ given, so a piece's text is exactly its bursts and the final is the utterance's 
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable
 
@@ -229,3 +230,21 @@ def test_committed_text_is_always_a_prefix_of_its_final(
             assert text[e.utt_id].startswith(joined[e.utt_id])
         if isinstance(e, Partial):
             assert text[e.utt_id].startswith(e.text[: e.stable_chars])
+
+
+def test_no_partial_decodes_a_pause_that_a_commit_decodes() -> None:
+    # Partials fall due every 400 ms, so some fall inside the 300 ms pauses. There the
+    # commit (250 ms into the pause) decodes the piece: a partial of it would be wasted.
+    s = session()
+    requests = spied(s)
+    events = run(s)
+    assert finals(events) == {0: "b0 b1 b2", 1: "b3 b4"}
+    partial_ends = [
+        (r.start_sample + r.num_samples) / SR for r in requests if r.kind is RequestKind.PARTIAL
+    ]
+    pauses = [(a[1], b[0]) for a, b in itertools.pairwise(SPANS) if b[0] - a[1] < 1]
+    in_pause = [t for t in partial_ends for a, b in pauses if a < t <= b]
+    assert partial_ends and not in_pause, (partial_ends, pauses)
+    # Partials still show the open piece's words between commits.
+    shown = [e.text for _, e in events if isinstance(e, Partial)]
+    assert any(text.endswith("b1") for text in shown), shown
