@@ -20,7 +20,6 @@ from tools.bench.live_text import (
     monotone_ends,
     pauses_taken,
     per_speech_s,
-    phrase_sizes,
     word_latencies,
     word_range,
     words_of,
@@ -175,19 +174,6 @@ def test_acceptance_holds_each_bar() -> None:
     none = acceptance({"pauses": arm(900, 1000, None, 400, 0.2), "off": arm(1, 1, 0, 450, 0.1)})
     assert none["committed_share_mean"]["pass"] is None
     assert none["wer_with_commits"]["pass"] is False
-
-
-@pytest.mark.parametrize("words", range(1, 30))
-def test_a_sentence_is_cut_into_phrases_of_the_asked_sizes(words: int) -> None:
-    import random
-
-    sizes = phrase_sizes(words, (3, 6), random.Random(words))
-    assert sum(sizes) == words
-    if words > 6:  # a sentence longer than a phrase: every phrase within LOW..HIGH
-        assert all(3 <= n <= 6 for n in sizes) and len(sizes) >= 2
-    else:
-        assert sizes == [words]
-    assert phrase_sizes(words, (0, 0), random.Random(0)) == [words]
 
 
 def test_phrase_word_ranges_are_checked() -> None:

@@ -43,6 +43,7 @@ from tools.bench.capacity.scrape import decoded_by_kind
 from tools.bench.common.cli import add_json, add_rounds, add_server_args, parser_for
 from tools.bench.common.finals import FRAME_MS, completing_frame, latencies_ms
 from tools.bench.common.output import machine, write_json
+from tools.bench.common.phrases import phrase_sizes
 from tools.bench.common.rounds import alternate
 from tools.bench.common.stats import percentiles
 from tools.bench.hotwords import wer
@@ -158,20 +159,6 @@ def said(written: str, spoken: str, voice: str, cache: Path) -> Said:
     prefixes = [" ".join(words[: k + 1]) for k in range(len(words) - 1)]
     lengths = [trim_silence(speak(t, voice, cache_dir=cache)).size for t in prefixes]
     return Said(written, audio, monotone_ends([*lengths, audio.size], audio.size))
-
-
-def phrase_sizes(words: int, sizes: tuple[int, int], rng: random.Random) -> list[int]:
-    """How many words each phrase of a `words`-word sentence holds, each drawn at random
-    within `sizes` (low, high) so that what is left can still make a phrase (where it
-    cannot, the rest is one phrase); (0, 0): the whole sentence is one phrase."""
-    low, high = sizes
-    out: list[int] = []
-    left = words
-    while low > 0 and left > high and min(high, left - low) >= low:
-        n = rng.randint(low, min(high, left - low))
-        out.append(n)
-        left -= n
-    return [*out, left]
 
 
 def phrases(written: str, spoken: str, sizes: list[int], voice: str, cache: Path) -> list[Said]:

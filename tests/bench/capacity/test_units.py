@@ -6,11 +6,12 @@ import math
 import random
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from sensestream.client import ClientError, Outcome
 from tools.bench.capacity.config import BenchConfig, Criteria
-from tools.bench.capacity.corpus import FRAME_SAMPLES, Clip
+from tools.bench.capacity.corpus import FRAME_SAMPLES, Clip, with_pauses
 from tools.bench.capacity.latency import (
     Latency,
     Samples,
@@ -110,6 +111,17 @@ def test_stream_latencies_come_from_send_times() -> None:
     assert (samples.matched, samples.extra, samples.unmatched) == (1, 0, 0)
 
 
+def test_committed_text_counts_as_a_live_text_update_between_partials() -> None:
+    outcome = client_outcome()
+    outcome.events.insert(3, {"type": "committed", "utt_id": 0, "text": "Good morning,"})
+    outcome.times.insert(3, 100.8)
+    log = stream_log(outcome, None)
+    assert log.partials == ((0, 100.6), (0, 100.8), (0, 101.0), (0, 101.5))
+    samples = Samples()
+    collect_stream(StreamPlan(0.0, (b"",) * 30, (Utterance(2, 11, 200, 1150),)), log, samples)
+    assert samples.partial_gaps == pytest.approx([200.0, 200.0, 500.0])
+
+
 def test_a_session_without_end_or_with_a_failure_is_an_error() -> None:
     cut = Outcome(close_code=1011)
     assert stream_log(cut, None).errors == ("session closed without `end` (close code 1011)",)
@@ -189,3 +201,12 @@ def test_two_capacity_searches_take_turns() -> None:
     a_runs = names.count("a")
     assert names[: 2 * a_runs] == ["a", "b"] * a_runs
     assert set(names[2 * a_runs :]) <= {"b"}
+
+
+def test_phrases_are_joined_by_the_pause_asked_for() -> None:
+    a, b = np.full(1600, 0.5, np.float32), np.full(800, -0.5, np.float32)
+    joined = with_pauses([a, b], 4800, seed=0)
+    assert joined.size == 1600 + 4800 + 800
+    assert np.array_equal(joined[:1600], a) and np.array_equal(joined[-800:], b)
+    assert float(np.abs(joined[1600:6400]).max()) < 0.01  # the pause is quiet, not speech
+    assert with_pauses([a], 4800, seed=0) is a

@@ -79,6 +79,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--speech-dir", type=Path, default=default_speech_dir())
+    p.add_argument(
+        "--phrase-pause-ms",
+        type=int,
+        default=0,
+        help="say each sentence in phrases of 3-6 words with this much quiet between them, "
+        "like a call's clauses (0: each sentence whole)",
+    )
     add_json(p)
     p.add_argument("--plot", type=Path, help="write a PNG plot here (needs matplotlib)")
     return p
@@ -110,6 +117,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0.05 <= args.speech_ratio <= 0.95:
         p.error("--speech-ratio must be within 0.05..0.95")
+    if not 0 <= args.phrase_pause_ms < args.end_silence_ms:
+        # A pause as long as the end silence would end the utterance: the pool's clips
+        # would no longer be one utterance each.
+        p.error("--phrase-pause-ms must be within 0 and --end-silence-ms")
     if args.duration < 4:
         p.error("--duration must be at least 4 s (one utterance and the VAD's tail)")
     if (args.baseline_url or args.stats_url or args.baseline_stats_url) and not args.url:
@@ -153,6 +164,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         ramp_s=args.ramp_s,
         drain_timeout_s=args.drain_timeout_s,
         seed=args.seed,
+        phrase_pause_ms=args.phrase_pause_ms,
         criteria=Criteria(args.max_final_latency_ms, args.max_partial_interval_ms),
     )
 
@@ -221,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = arm_plan(args)
     raise_fd_limit()
     try:
-        pool = build_pool(args.speech_dir)
+        pool = build_pool(args.speech_dir, config.phrase_pause_ms, args.seed)
         reports = measure(args, config, plan, pool)
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as exc:  # SpawnError too
         print(f"error: {exc}", file=sys.stderr)

@@ -27,4 +27,5 @@ class BenchConfig:
     stats_interval_s: float = 2.0
     settle_timeout_s: float = 60.0
     seed: int = 0
+    phrase_pause_ms: int = 0  # 0: each pool sentence said whole (tools.bench.capacity.corpus)
     criteria: Criteria = field(default_factory=Criteria)

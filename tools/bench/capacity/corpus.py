@@ -1,20 +1,27 @@
-"""The benchmark's speech: espeak-ng sentences of 2-12 s, pre-encoded as 100 ms frames."""
+"""The benchmark's speech: espeak-ng sentences of 2-12 s, pre-encoded as 100 ms frames.
+
+Each sentence is said whole, or (`phrase_pause_ms` > 0) as a call's speaker says it: in
+phrases of 3 to 6 words, each said alone, with that much quiet between them, so that an
+utterance holds pauses a server may commit text at (issue 49)."""
 
 from __future__ import annotations
 
 import math
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sensestream.client import pcm16
+from tools.bench.common.phrases import phrase_texts
 from tools.speech import SAMPLE_RATE, load, noise_floor, synthesize, trim_silence
 
 FRAME_MS = 100
 FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 MIN_UTTERANCE_S, MAX_UTTERANCE_S = 2.0, 12.0
+PHRASE_WORDS = (3, 6)
 
 # Single sentences (commas only: a sentence break could outlast the VAD's end-silence and
 # split an utterance), about 2-12 s each at espeak-ng's speed 160.
@@ -80,16 +87,30 @@ def to_frames(audio: np.ndarray) -> tuple[bytes, ...]:
     return tuple(data[i : i + step] for i in range(0, len(data), step))
 
 
-def build_pool(cache_dir: Path) -> list[Clip]:
-    """Synthesize (once, cached) and pre-encode every sentence of 2-12 s of speech."""
+def build_pool(cache_dir: Path, phrase_pause_ms: int = 0, seed: int = 0) -> list[Clip]:
+    """Synthesize (once, cached) and pre-encode every sentence of 2-12 s of speech (not
+    counting the pauses between its phrases, with `phrase_pause_ms`)."""
     pool = []
+    rng = random.Random(seed)
     for voice, text in SENTENCES:
-        speech = trim_silence(load(synthesize(text, voice, cache_dir)))
-        if MIN_UTTERANCE_S <= speech.size / SAMPLE_RATE <= MAX_UTTERANCE_S:
-            pool.append(Clip(voice, text, to_frames(speech), int(speech.size)))
+        texts = phrase_texts(text, PHRASE_WORDS, rng) if phrase_pause_ms > 0 else [text]
+        said = [trim_silence(load(synthesize(t, voice, cache_dir))) for t in texts]
+        speech_s = sum(a.size for a in said) / SAMPLE_RATE
+        if MIN_UTTERANCE_S <= speech_s <= MAX_UTTERANCE_S:
+            audio = with_pauses(said, phrase_pause_ms * SAMPLE_RATE // 1000, seed)
+            pool.append(Clip(voice, text, to_frames(audio), int(audio.size)))
     if not pool:
         raise RuntimeError("no espeak-ng sentence came out between 2 and 12 s")
     return pool
+
+
+def with_pauses(phrases: list[np.ndarray], pause: int, seed: int) -> np.ndarray:
+    """The phrases in order, `pause` samples of -70 dBFS noise between each two."""
+    if len(phrases) == 1:
+        return phrases[0]
+    gap = noise_floor(pause, seed).astype(np.float32)
+    parts = [p for phrase in phrases for p in (gap, phrase)][1:]
+    return np.concatenate(parts)
 
 
 def silence_frames(seed: int, count: int = 8) -> tuple[bytes, ...]:

@@ -32,7 +32,9 @@ class StreamLog:
 
     t0: float
     sent_at: tuple[float, ...]
-    partials: tuple[tuple[int, float], ...]  # (utt_id, arrival)
+    # (utt_id, arrival) of each live-text update: partials, and (`commit: "pauses"`)
+    # committed text, which grows the caption as a partial does.
+    partials: tuple[tuple[int, float], ...]
     finals: tuple[FinalSeen, ...]
     errors: tuple[str, ...]
     ended: bool
@@ -65,11 +67,17 @@ def stream_log(outcome: Outcome, failure: ClientError | None) -> StreamLog:
     return StreamLog(
         t0=outcome.started_at,
         sent_at=tuple(outcome.sent_at),
-        partials=tuple((e["utt_id"], t) for e, t in outcome.timed("partial")),
+        partials=live_text_updates(outcome),
         finals=tuple(finals),
         errors=tuple(errors),
         ended=outcome.ended,
     )
+
+
+def live_text_updates(outcome: Outcome) -> tuple[tuple[int, float], ...]:
+    """(utt_id, arrival) of every partial and committed event, in arrival order."""
+    updates = [*outcome.timed("partial"), *outcome.timed("committed")]
+    return tuple(sorted(((e["utt_id"], t) for e, t in updates), key=lambda u: u[1]))
 
 
 async def live_session(
