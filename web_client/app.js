@@ -41,6 +41,7 @@ const ui = {
   language: $('language'),
   options: $('options'),
   partials: $('opt-partials'),
+  commit: $('opt-commit'),
   itn: $('opt-itn'),
   emotion: $('opt-emotion'),
   event: $('opt-event'),
@@ -266,6 +267,8 @@ function startMessage(extra = {}) {
     language: ui.language.value,
     itn: ui.itn.checked,
     partials: ui.partials.checked,
+    // Captions settle at each pause (never withdrawn) rather than only when the speaker stops.
+    commit: ui.commit.checked ? 'pauses' : 'off',
     emotion: ui.emotion.checked,
     event: ui.event.checked,
     timestamps: true,

@@ -389,6 +389,7 @@ def test_captions_badges_partials_gpu_panel_and_reconnect_with_a_scripted_server
         "language": "en",
         "itn": False,
         "partials": True,
+        "commit": "pauses",
         "emotion": True,
         "event": True,
         "timestamps": True,
