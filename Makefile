@@ -4,13 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.ray-installed
+SPEAKER_STAMP := $(VENV)/.speaker-weights-installed
 REPLICAS ?= 2
 # Test processes (pytest-xdist); TEST_WORKERS=0 runs the suite in this one.
 TEST_WORKERS ?= 2
 
 .PHONY: venv ray system-deps serve replicas test lint typecheck unit image-test bench-engine clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(SPEAKER_STAMP)
 
 # torch first, pinned, so no later requirement pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -22,6 +23,13 @@ $(STAMP): pyproject.toml
 	# the checkout goes on the venv's path, for scripts/ and the tests.
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'sensestream-checkout.pth').write_text('$(CURDIR)\\n')"
 	touch $(STAMP)
+
+# The speaker encoder's weights ship in the resemblyzer wheel; only the weights are read
+# (engine/speakers/encoder.py), so its own dependencies (librosa, numba, the original
+# webrtcvad, which builds from source) are not installed.
+$(SPEAKER_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps resemblyzer==0.1.4
+	touch $(SPEAKER_STAMP)
 
 serve: venv
 	$(PY) -m server $(ARGS)
@@ -48,7 +56,7 @@ typecheck: ray
 system-deps:
 	bash scripts/system_deps.sh
 
-unit: ray system-deps
+unit: ray system-deps $(SPEAKER_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test: lint typecheck unit image-test
