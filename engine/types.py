@@ -46,11 +46,13 @@ class Hotword:
 @dataclass(frozen=True, slots=True)
 class DecodeOptions:
     """Per-request prompts: language (or auto) and inverse text normalisation, and the
-    hotwords its decoding favours (none: greedy decoding)."""
+    hotwords its decoding favours (none: greedy decoding); `speaker`: also embed who is
+    speaking (engine.speakers), for speaker labels."""
 
     language: str = "auto"
     itn: bool = True
     hotwords: tuple[Hotword, ...] = ()
+    speaker: bool = False
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
@@ -175,12 +177,14 @@ class RequestRef:
 
 @dataclass(frozen=True, slots=True)
 class InferenceResult:
-    """The engine's answer to one request: a transcript, or a typed error code and message."""
+    """The engine's answer to one request: a transcript, or a typed error code and message;
+    with `DecodeOptions.speaker`, the speaker's embedding (a 256-d float32 unit vector)."""
 
     ref: RequestRef
     transcript: Transcript | None = None
     error_code: str | None = None
     error_message: str | None = None
+    speaker: np.ndarray | None = None
 
     @property
     def ok(self) -> bool:

@@ -13,12 +13,13 @@ from engine.decoding.context_graph import ContextGraph
 from engine.decoding.ctc import CtcTokens, greedy_collapse
 from engine.decoding.hotwords import HotwordCompiler
 from engine.decoding.transcript import transcript_of
-from engine.errors import EngineError
+from engine.errors import BackendUnavailableError, EngineError
 from engine.features.fbank import Frontend
 from engine.model.directory import ModelDir
 from engine.model.prompts import PROMPT_FRAMES
 from engine.model.tags import TagTable
 from engine.model.tokenizer import Tokenizer
+from engine.speakers.encoder import Speakers
 from engine.types import SAMPLE_RATE, DecodeOptions, Transcript
 
 #: Prefixes kept per frame when hotwords bias the search.
@@ -40,9 +41,12 @@ class Utterance:
 class Recognizer:
     """Turns 16 kHz audio into rich transcripts with one shared backend."""
 
-    def __init__(self, model_dir: ModelDir, backend: Backend) -> None:
+    def __init__(
+        self, model_dir: ModelDir, backend: Backend, speakers: Speakers | None = None
+    ) -> None:
         self.model_dir = model_dir
         self.backend = backend
+        self.speakers = speakers  # on the same device, for requests that ask who spoke
         self.frontend = Frontend.from_model_dir(model_dir.path)
         self.tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
         self.tags = TagTable.from_tokenizer(self.tokenizer)
@@ -85,6 +89,13 @@ class Recognizer:
             )
             for out, u in zip(outputs, batch, strict=True)
         ]
+
+    def speaker_vectors(self, audios: Sequence[np.ndarray]) -> np.ndarray:
+        """Each audio's speaker embedding, in one batch; raises BackendUnavailableError
+        when this engine has no speaker encoder or its weights are not installed."""
+        if self.speakers is None:
+            raise BackendUnavailableError("this engine was built without a speaker encoder")
+        return self.speakers.embed(audios)
 
     def _tokens(self, utterance: Utterance, output: np.ndarray | ScoredFrames) -> CtcTokens:
         """Greedy tokens, or with hotwords a biased search over the frames' candidates."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from engine.client import EngineSnapshot, open_channel
 from engine.decoding.recognizer import Recognizer, Utterance
 from engine.errors import BackendOutOfMemoryError, EngineError, RequestError
@@ -24,7 +26,7 @@ from engine.serving.device_metrics import DeviceMetrics
 from engine.serving.dispatch import DeviceLoad, by_least_loaded
 from engine.serving.metrics import EngineMetrics
 from engine.serving.scheduler import Batch, Scheduler
-from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind
+from engine.types import SAMPLE_RATE, InferenceRequest, InferenceResult, RequestKind, Transcript
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +339,13 @@ class AsyncEngine:
             return _OutOfMemory(str(exc))
         except Exception as exc:  # noqa: BLE001 - a backend fault fails this batch only
             return _failed([r for r, _ in ready], exc, results)
-        answers = [InferenceResult(r.ref, t) for (r, _), t in zip(ready, transcripts, strict=True)]
+        try:
+            voices: dict[int, np.ndarray] | EngineError = _speakers(
+                recognizer, [r for r, _ in ready]
+            )
+        except EngineError as exc:  # no speaker encoder: the requests that asked for one fail
+            voices = exc
+        answers = [_answer(r, t, voices) for (r, _), t in zip(ready, transcripts, strict=True)]
         return _Done(results + answers, failed=False)
 
     def _prepare(self, recognizer: Recognizer, batch: Batch) -> list[Utterance | RequestError]:
@@ -369,6 +377,27 @@ class AsyncEngine:
         for request in dropped:
             self.metrics.partials_dropped.inc()
             self.metrics.requests.labels(request.kind.value, "dropped").inc()
+
+
+def _speakers(
+    recognizer: Recognizer, requests: Sequence[InferenceRequest]
+) -> dict[int, np.ndarray]:
+    """The speaker embeddings of the requests that ask for one, by request id, in one batch."""
+    asking = [r for r in requests if r.options.speaker]
+    if not asking:
+        return {}
+    vectors = recognizer.speaker_vectors([r.audio for r in asking])
+    return {r.request_id: v for r, v in zip(asking, vectors, strict=True)}
+
+
+def _answer(
+    request: InferenceRequest, transcript: Transcript, voices: dict[int, np.ndarray] | EngineError
+) -> InferenceResult:
+    if not isinstance(voices, EngineError):
+        return InferenceResult(request.ref, transcript, speaker=voices.get(request.request_id))
+    if not request.options.speaker:
+        return InferenceResult(request.ref, transcript)
+    return InferenceResult(request.ref, None, voices.code, str(voices))
 
 
 def _prepare_one(recognizer: Recognizer, request: InferenceRequest) -> Utterance | RequestError:

@@ -44,6 +44,7 @@ from engine.serving.tuning_cache import (
     usable_cpus,
     weights_fact,
 )
+from engine.speakers.encoder import LazySpeakerEncoder, SpeakerEncoder, Speakers
 from engine.types import SAMPLE_RATE, DecodeOptions
 
 __all__ = ["peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
@@ -86,6 +87,9 @@ class EngineConfig:
     calibration_batches: tuple[int, ...] | None = None
     # Where CPU builds keep what they measured for the next start (None: always measure).
     tuning_cache: Path | None = None
+    # The speaker encoder on each device (engine.speakers): True loads it at start (its
+    # weights must be installed), None at the first request that asks who spoke, False never.
+    speakers: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.budget_fraction <= 1:
@@ -344,13 +348,22 @@ def _open_device(
         config.max_segment_ms * SAMPLE_RATE // 1000
     )
     options = replace(config.backend, device=name, graph_cache=cache, graph_frames=max(1, longest))
-    recognizer = Recognizer(model_dir, open_backend(model_dir, options))
+    speakers = open_speakers(config.speakers, name)
+    recognizer = Recognizer(model_dir, open_backend(model_dir, options), speakers)
     memory = memory_of(name, options.backend)
     if config.memory_budget is not None:
         return _Device(name, recognizer, memory, MemoryBudget(config.memory_budget), None)
     free = memory.free_bytes() if name.startswith("cuda") else None
     total = default_budget(config, name, free)
     return _Device(name, recognizer, memory, MemoryBudget(total), free)
+
+
+def open_speakers(wanted: bool | None, device: str) -> Speakers | None:
+    """The speaker encoder on `device`, as `EngineConfig.speakers` asks: True loads it now
+    (its weights must be installed), None at the first request that asks who spoke."""
+    if wanted is None:
+        return LazySpeakerEncoder(device)
+    return SpeakerEncoder(device=device) if wanted else None
 
 
 def default_budget(config: EngineConfig, device: str, free_bytes: int | None) -> int:

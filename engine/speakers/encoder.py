@@ -15,24 +15,30 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import torch
-from torch import nn
 
 from engine.errors import BackendUnavailableError
-from engine.speakers.features import HOP, N_MELS, SAMPLE_RATE, MelFrames
+from engine.speakers.features import HOP, SAMPLE_RATE, MelFrames
+
+if TYPE_CHECKING:
+    from engine.speakers.network import SpeakerNetwork
 
 PACKAGE = "resemblyzer"
 WEIGHTS = "pretrained.pt"
 INSTALL_HINT = "pip install --no-deps resemblyzer==0.1.4"
-HIDDEN = 256
 EMBEDDING = 256
-LAYERS = 3
 WINDOW_FRAMES = 160  # 1.6 s
 WINDOWS_PER_S = 1.3
 MIN_COVERAGE = 0.75
 TARGET_DBFS = -30.0
+
+
+class Speakers(Protocol):
+    """What the engine asks of a speaker encoder, loaded or not yet."""
+
+    def embed(self, utterances: Sequence[np.ndarray]) -> np.ndarray: ...
 
 
 def weights_path() -> Path:
@@ -48,19 +54,6 @@ def weights_path() -> Path:
     if not path.is_file():
         raise BackendUnavailableError(f"{path} is missing: reinstall with {INSTALL_HINT}")
     return path
-
-
-class _Network(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lstm = nn.LSTM(N_MELS, HIDDEN, LAYERS, batch_first=True)
-        self.linear = nn.Linear(HIDDEN, EMBEDDING)
-
-    def forward(self, mels: torch.Tensor) -> torch.Tensor:
-        _, (hidden, _) = self.lstm(mels)
-        raw = torch.relu(self.linear(hidden[-1]))
-        unit: torch.Tensor = raw / torch.norm(raw, dim=1, keepdim=True).clamp_min(1e-12)
-        return unit
 
 
 def window_starts(samples: int) -> list[int]:
@@ -93,17 +86,26 @@ class SpeakerEncoder:
     """Embeds utterances of 16 kHz float32 audio, many at a time, on one device."""
 
     def __init__(self, weights: Path | None = None, device: str = "cpu") -> None:
+        path = weights or weights_path()
+        # torch only when an encoder is made: a server that labels no speakers never pays
+        # for importing it.
+        import torch
+
+        from engine.speakers.network import SpeakerNetwork
+
         self._device = torch.device(device)
-        self._net = _Network()
-        state = torch.load(weights or weights_path(), map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         # GE2E's similarity scale and bias are for training only; every other key must fit.
         model = {k: v for k, v in state["model_state"].items() if not k.startswith("similarity")}
+        self._net: SpeakerNetwork = SpeakerNetwork()
         self._net.load_state_dict(model)
         self._net.to(self._device).eval()
         self._mels = MelFrames()
 
     def embed(self, utterances: Sequence[np.ndarray]) -> np.ndarray:
         """(len(utterances), 256) unit vectors: similar voices have a high dot product."""
+        import torch
+
         if not utterances:
             return np.zeros((0, EMBEDDING), np.float32)
         windows = self._windows(utterances)
@@ -126,3 +128,21 @@ class SpeakerEncoder:
             mels += [frames[s : s + WINDOW_FRAMES] for s in starts]
             owner += [k] * len(starts)
         return _Windows(np.stack(mels).astype(np.float32), np.asarray(owner))
+
+
+class LazySpeakerEncoder:
+    """A `SpeakerEncoder` made at its first use (on the device's thread), so an engine
+    whose streams never ask who spoke neither imports torch nor loads the weights."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self._device = device
+        self._encoder: SpeakerEncoder | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._encoder is not None
+
+    def embed(self, utterances: Sequence[np.ndarray]) -> np.ndarray:
+        if self._encoder is None:
+            self._encoder = SpeakerEncoder(device=self._device)
+        return self._encoder.embed(utterances)

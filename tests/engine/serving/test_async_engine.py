@@ -18,6 +18,7 @@ from engine.model.directory import load_model_dir
 from engine.serving.async_engine import AsyncEngine
 from engine.serving.budget import Architecture, CostModel, MemoryBudget
 from engine.serving.scheduler import Scheduler, SchedulerConfig
+from engine.speakers.encoder import SpeakerEncoder
 from engine.types import DecodeOptions, Hotword, InferenceRequest, InferenceResult, RequestKind
 from tests.speech import Clip
 
@@ -278,3 +279,53 @@ def test_an_out_of_memory_batch_is_split_until_it_fits_and_every_request_answere
     assert sum(s for s in sizes if s <= 2) == 8  # each request ran once, in a batch that fit
     # Every batch over two split once (operators see it in engine_out_of_memory_batches).
     assert splits == [sum(1 for s in sizes if s > 2), 0.0]
+
+
+def speaker_results(recognizer: Recognizer, audios: list[np.ndarray]) -> list[InferenceResult]:
+    """Two requests a clip, one asking who spoke and one not, in one batch."""
+
+    async def main() -> list[InferenceResult]:
+        engine = make_engine(recognizer)
+        engine.start()
+        channel = engine.open_session("a")
+        for i, audio in enumerate(audios):
+            for asked in (True, False):
+                options = DecodeOptions(speaker=asked)
+                request_id = 2 * i + (0 if asked else 1)
+                engine.submit(
+                    InferenceRequest(
+                        "a", i, RequestKind.FINAL, audio, options, now(), request_id=request_id
+                    )
+                )
+        results = [await asyncio.wait_for(channel.get(), 60) for _ in range(2 * len(audios))]
+        await engine.close(timeout=10)
+        return sorted(results, key=lambda r: r.ref.request_id)
+
+    return asyncio.run(main())
+
+
+def test_requests_that_ask_who_spoke_get_their_speakers_embedding(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    encoder = SpeakerEncoder()
+    with_speakers = Recognizer(recognizer.model_dir, recognizer.backend, encoder)
+    audios = [c.audio for c in speech_clips[:3]]
+    results = speaker_results(with_speakers, audios)
+    assert all(r.ok for r in results)
+    expected = encoder.embed(audios)
+    for i in range(len(audios)):
+        asked, plain = results[2 * i], results[2 * i + 1]
+        assert asked.speaker is not None and plain.speaker is None
+        np.testing.assert_allclose(asked.speaker, expected[i], atol=1e-5)
+        assert asked.transcript == plain.transcript
+
+
+def test_without_a_speaker_encoder_only_the_requests_that_ask_fail(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    results = speaker_results(recognizer, [speech_clips[0].audio])
+    asked, plain = results
+    assert asked.error_code == "backend_unavailable" and "speaker encoder" in (
+        asked.error_message or ""
+    )
+    assert plain.ok and plain.speaker is None

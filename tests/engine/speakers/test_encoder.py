@@ -1,5 +1,5 @@
 """The speaker encoder: Resemblyzer's own numbers on closed-form signals, and real voices
-told apart (espeak-ng, flite and festival, made at test time)."""
+told apart (espeak-ng and flite, made at test time)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from engine.errors import BackendUnavailableError
+from engine.serving.builder import open_speakers
 from engine.speakers import encoder as encoder_module
-from engine.speakers.encoder import SpeakerEncoder, louder, window_starts
+from engine.speakers.encoder import LazySpeakerEncoder, SpeakerEncoder, louder, window_starts
 from engine.speakers.features import MelFrames
 from tools.demo_model.voices import Voice, speak
 from tools.speakers.signals import SIGNALS, voiced
@@ -83,3 +84,17 @@ def test_real_voices_are_nearest_their_own(encoder: SpeakerEncoder) -> None:
     np.fill_diagonal(similarity, -1.0)
     same = [k ^ 1 for k in range(len(audio))]  # each utterance's other sentence, same voice
     assert [int(np.argmax(row)) for row in similarity] == same, similarity.round(2)
+
+
+def test_a_lazy_encoder_loads_at_its_first_use(encoder: SpeakerEncoder) -> None:
+    lazy = LazySpeakerEncoder()
+    assert not lazy.loaded
+    audio = [voiced(*SIGNALS["high"])]
+    np.testing.assert_allclose(lazy.embed(audio), encoder.embed(audio), atol=1e-6)
+    assert lazy.loaded
+
+
+def test_the_engine_loads_the_encoder_now_at_first_use_or_never() -> None:
+    assert isinstance(open_speakers(True, "cpu"), SpeakerEncoder)
+    assert isinstance(open_speakers(None, "cpu"), LazySpeakerEncoder)
+    assert open_speakers(False, "cpu") is None
