@@ -15,7 +15,7 @@ import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -258,6 +258,9 @@ class SessionSettings:
     commit: str = "off"
     commit_silence_ms: int = 100
     max_piece_ms: int = 6000
+    # Label who spoke on every stream that does not say (v1 start.diarize); loads the
+    # speaker encoder at start (without it, at the first stream that asks).
+    diarize: bool = False
     # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
     # adds contention; on a 16-core GPU host it took 64 streams from failing to passing).
@@ -313,6 +316,7 @@ class SessionSettings:
             ),
             hotwords=() if self.hotwords_file is None else read_hotwords_file(self.hotwords_file),
             redaction=Redaction(parse_policies(self.redact or ""), self.redact_mask),
+            diarize=self.diarize,
         )
 
 
@@ -436,7 +440,9 @@ class ServerConfig:
         return cls(**leaves, **top)
 
     def engine_config(self, model: str, tuning_cache: Path | None) -> EngineConfig:
-        return self.engine.engine_config(model, self.session.max_segment_ms, tuning_cache)
+        config = self.engine.engine_config(model, self.session.max_segment_ms, tuning_cache)
+        # With --diarize every stream needs the speaker encoder: loaded (and checked) at start.
+        return replace(config, speakers=True if self.session.diarize else None)
 
     def worker_count(self, usable_cores: int) -> int:
         """How many worker processes: as set, or `auto`'s share of `usable_cores`."""

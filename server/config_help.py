@@ -197,6 +197,11 @@ HELP: Mapping[str, str] = MappingProxyType(
             "With --commit pauses, speech that runs on this long without such a pause is "
             "cut where a pause has begun, else at its quietest 100 ms. In ms: above 600."
         ),
+        "diarize": (
+            "Label who spoke (speaker, and each speaker's turns) on every stream that does "
+            "not say; a stream may choose (v1 start.diarize). On loads the speaker encoder "
+            "at start; off loads it when a stream first asks."
+        ),
         "vad_thread": (
             "Run live streams' VAD on a thread of its own, not the event loop; "
             "auto (unset, or auto in the environment or file): on when a local GPU decodes."

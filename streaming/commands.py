@@ -20,6 +20,7 @@ from streaming.audio.decoder import AudioFormat
 from streaming.errors import InvalidFieldError
 from streaming.pieces.policy import COMMIT_MODES
 from streaming.redaction.policies import Redaction
+from streaming.speakers.online import MAX_SPEAKERS
 
 #: Languages a client may ask for (nospeech is a model prompt, not a language).
 CLIENT_LANGUAGES = LANGUAGES[:-1]
@@ -64,8 +65,14 @@ class StreamOptions:
     # Text committed at the pauses inside an utterance ("pauses") or only at its end
     # ("off"); None: the server's choice (`streaming.pieces.policy`).
     commit: str | None = None
+    # Label who spoke (streaming.speakers): None, the server's choice. `max_speakers`
+    # caps how many speakers are told apart (None: no cap).
+    diarize: bool | None = None
+    max_speakers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_speakers is not None and not 1 <= self.max_speakers <= MAX_SPEAKERS:
+            raise InvalidFieldError(f"max_speakers must be within 1..{MAX_SPEAKERS}")
         if self.commit is not None and self.commit not in COMMIT_MODES:
             modes = " or ".join(COMMIT_MODES)
             raise InvalidFieldError(f"commit must be {modes}; got {self.commit!r}")

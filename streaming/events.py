@@ -80,6 +80,19 @@ class Final:
     channel: int | None = None  # in a multichannel stream: which channel
     # What redaction took out of the transcript, each with its time (to bleep the audio).
     redactions: tuple[Span, ...] = ()
+    # With diarization: who spoke most of it, and who spoke when (on the stream's clock;
+    # more than one turn where the speaker changed within the utterance).
+    speaker: str | None = None
+    speaker_turns: tuple[SpeakerTurn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeakerTurn:
+    """One speaker's stretch of an utterance, in ms on the stream's clock."""
+
+    speaker: str
+    start_ms: int
+    end_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,8 @@ from streaming.redaction.events import EventRedactor
 from streaming.redaction.policies import Redaction
 from streaming.redaction.stream import SpokenContext
 from streaming.segmenter import Segmenter, SegmenterConfig, SegmentEvent, SegmentEventKind
+from streaming.speakers.labels import StreamSpeakers, Voice
+from streaming.speakers.online import SpeakerPolicy
 from streaming.vad.jobs import VadJob, VadStep
 from streaming.vad.types import VadConfig, VadEvent, VadModel
 
@@ -118,6 +120,9 @@ class SessionConfig:
     # Why the model cannot write some of a stream's hotwords (None: it can write them all);
     # the server asks the engine's tokenizer. Refused at start, not at the first decode.
     hotword_refusal: HotwordRefusal = field(default=writes_any)
+    # Label who spoke in every stream that does not say (`--diarize`), and how.
+    diarize: bool = False
+    speakers: SpeakerPolicy = field(default_factory=SpeakerPolicy)
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -177,6 +182,7 @@ class _Utterance:
     early: InferenceRequest | None = None  # a decode of [start, the pending end)
     early_result: InferenceResult | None = None
     pieces: PieceTrack | None = None  # with commits at pauses: its pieces so far
+    voices: dict[int, Voice] = field(default_factory=dict)  # by request id (diarization)
 
 
 class Session:
@@ -218,6 +224,8 @@ class Session:
         self._held: deque[np.ndarray] = deque()
         # Redacts the finals and partials before they leave (None: nothing to redact).
         self._redactor: EventRedactor | None = None
+        # Who spoke, with diarization (made by the first Configure that asks for it).
+        self._speakers: StreamSpeakers | None = None
         # What was said last, read by redaction: the stream's, shared by its channels.
         self._spoken = spoken if spoken is not None else SpokenContext()
 
@@ -267,6 +275,9 @@ class Session:
         utt = self._utts.get(req.utterance_id)
         if utt is None:
             return  # its final has gone out (or it was cleared): nothing to add
+        if result.speaker is not None:
+            end = req.start_sample + req.num_samples
+            utt.voices[req.request_id] = Voice(req.start_sample, end, result.speaker)
         if utt.pieces is not None and utt.pieces.owns(req.request_id):
             self._piece_answered(req, utt, result, now)
             return
@@ -479,8 +490,14 @@ class Session:
             hotwords=merged_hotwords(own, self._config.hotwords),
             redact=redaction,
             commit=command.options.commit or self._config.commits.mode,
+            diarize=self._config.diarize
+            if command.options.diarize is None
+            else command.options.diarize,
         )
         self._options = options
+        if options.diarize and self._speakers is None:
+            cap = options.max_speakers or self._config.speakers.max_speakers
+            self._speakers = StreamSpeakers(replace(self._config.speakers, max_speakers=cap))
         self._redact_with(redaction)
         limits = self._config.limits
         rate = limits.max_replay_rate if command.options.pace == "replay" else limits.max_rate
@@ -887,7 +904,7 @@ class Session:
             seg.utt_id,
             kind,
             audio,
-            self._decode_options(),
+            self._decode_options(kind),
             now,
             seg.start,
             request_id=self._request_ids,
@@ -929,7 +946,7 @@ class Session:
             event = self._owed[utt_id]
             if event is None:
                 break
-            self._events.extend(self._outgoing(event, now))
+            self._events.extend(self._outgoing(self._with_speakers(utt_id, event), now))
             del self._owed[utt_id]
             self._utts.pop(utt_id, None)
         if self._stopped and not self._owed and not self._end_sent:
@@ -937,6 +954,17 @@ class Session:
                 self._events.extend(self._redactor.release())
             self._events.append(Ended())
             self._end_sent = True
+
+    def _with_speakers(self, utt_id: int, event: SessionEvent) -> SessionEvent:
+        """A final labelled with who spoke (with diarization), from its decodes' voices."""
+        utt = self._utts.get(utt_id)
+        if self._speakers is None or utt is None or not isinstance(event, Final):
+            return event
+        if utt.pieces is not None:
+            ids = utt.pieces.request_ids()
+        else:
+            ids = [] if utt.final_request is None else [utt.final_request.request_id]
+        return self._speakers.labelled(event, [utt.voices[i] for i in ids if i in utt.voices])
 
     def _outgoing(self, event: SessionEvent, now: float) -> list[SessionEvent]:
         """An owed final or failure as it goes out: redacted, maybe after a held final."""
@@ -967,12 +995,18 @@ class Session:
             busy = self._segmenter.open_utt_id is not None or bool(self._owed)
             self._events.extend(self._redactor.due(now, busy))
 
-    def _decode_options(self) -> DecodeOptions:
+    def _decode_options(self, kind: RequestKind) -> DecodeOptions:
         options = self._options
-        return DecodeOptions(options.language, options.itn, options.hotwords)
+        # Who spoke is asked of the decodes a final is made of, never of partials.
+        speaker = bool(options.diarize) and kind is not RequestKind.PARTIAL
+        return DecodeOptions(options.language, options.itn, options.hotwords, speaker)
 
     def _toggle(self, name: str) -> bool:
         return bool(getattr(self._options, name))
+
+
+def _either(chosen: bool | None, default: bool) -> bool:
+    return default if chosen is None else chosen
 
 
 def _name(command: Command) -> str:

@@ -64,6 +64,10 @@ class PieceTrack:
     def _pieces(self) -> list[_Piece]:
         return self._committed + ([self._last] if self._last is not None else [])
 
+    def request_ids(self) -> list[int]:
+        """The decodes that make up the final, in order."""
+        return [p.request_id for p in self._pieces() if p.request_id is not None]
+
     def owns(self, request_id: int) -> bool:
         return any(p.request_id == request_id for p in self._pieces())
 

@@ -50,6 +50,7 @@ from streaming.protocols.base import Frame
 from streaming.protocols.caps import check_count, redact_policies
 from streaming.protocols.json_text import load_object, tag_fields
 from streaming.redaction.policies import Policy, Redaction
+from streaming.speakers.labels import turn_at
 
 PROTOCOL_VERSION = 1
 
@@ -77,6 +78,8 @@ class StartMessage:
     redact_mask: bool = False
     commit: str | None = None  # "pauses" or "off"; None: the server's --commit
     end_silence_ms: int | None = None  # the pause that ends an utterance; None: the server's
+    diarize: bool | None = None  # label who spoke; None: the server's --diarize
+    max_speakers: int | None = None  # at most this many speakers told apart
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
@@ -98,6 +101,8 @@ class StartMessage:
             hotwords=self.hotwords,
             redact=Redaction(self.redact, self.redact_mask),
             commit=self.commit,
+            diarize=self.diarize,
+            max_speakers=self.max_speakers,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -145,6 +150,8 @@ START_FIELDS: Mapping[str, type] = {
     "redact_mask": bool,
     "commit": str,
     "end_silence_ms": int,
+    "diarize": bool,
+    "max_speakers": int,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -294,7 +301,23 @@ def _final_fields(event: Final) -> dict[str, Any]:
     }
     if event.redactions:  # what was taken out, and when (for a recorder to bleep)
         out["redactions"] = [span.to_dict() for span in event.redactions]
-    return out | tag_fields(event)
+    return _speaker_fields(event, out | tag_fields(event))
+
+
+def _speaker_fields(event: Final, out: dict[str, Any]) -> dict[str, Any]:
+    """Who spoke (with diarization): the final's speaker; where it changes within the
+    utterance, each turn and each token's speaker too."""
+    if event.speaker is None:
+        return out
+    out["speaker"] = event.speaker
+    turns = event.speaker_turns
+    if len(turns) > 1:
+        out["speakers"] = [
+            {"speaker": t.speaker, "start_ms": t.start_ms, "end_ms": t.end_ms} for t in turns
+        ]
+        for token in out.get("tokens", []):
+            token["speaker"] = turn_at(turns, (token["start_ms"] + token["end_ms"]) // 2)
+    return out
 
 
 def dump(obj: Mapping[str, Any]) -> str:

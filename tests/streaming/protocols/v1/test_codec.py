@@ -28,6 +28,7 @@ from streaming.events import (
     Failed,
     Final,
     Partial,
+    SpeakerTurn,
     SpeechStarted,
     SpeechStopped,
     StopCause,
@@ -39,6 +40,7 @@ from streaming.protocols.v1.codec import (
     StopMessage,
     V1Codec,
     dump_event,
+    event_to_dict,
     parse_client_text,
 )
 from streaming.redaction.policies import Policy
@@ -274,3 +276,45 @@ def test_committed_text_is_its_own_event() -> None:
         "end_ms": 2100,
         "text": " how are you?",
     }
+
+
+def test_diarize_and_max_speakers_are_stream_options() -> None:
+    msg = parse_client_text('{"type":"start","diarize":true,"max_speakers":3}')
+    assert isinstance(msg, StartMessage)
+    options = msg.to_command().options
+    assert options.diarize is True and options.max_speakers == 3
+    assert msg.to_dict()["diarize"] is True
+    plain = parse_client_text('{"type":"start"}')
+    assert isinstance(plain, StartMessage) and plain.to_command().options.diarize is None
+    for bad in ('"max_speakers":0', '"max_speakers":33', '"max_speakers":"2"', '"diarize":1'):
+        with pytest.raises(InvalidFieldError):
+            parse_client_text('{"type":"start",' + bad + "}")
+
+
+def test_a_final_names_its_speaker_and_where_it_changes_each_token_s() -> None:
+    tokens = (Token(1, " Hello", 0, 400), Token(2, " there", 900, 1300))
+    transcript = Transcript("Hello there", "en", "neutral", "speech", True, "Hello there", tokens)
+    show = {"emotion": True, "event": True, "timestamps": True}
+    one = Final(
+        0,
+        1000,
+        2400,
+        transcript,
+        show,
+        speaker="S1",
+        speaker_turns=(SpeakerTurn("S1", 1000, 2400),),
+    )
+    out = event_to_dict(one)
+    assert out is not None and out["speaker"] == "S1"
+    assert "speakers" not in out and all("speaker" not in t for t in out["tokens"])
+    turns = (SpeakerTurn("S1", 1000, 1600), SpeakerTurn("S2", 1800, 2400))
+    two = Final(0, 1000, 2400, transcript, show, speaker="S2", speaker_turns=turns)
+    out = event_to_dict(two)
+    assert out is not None and out["speaker"] == "S2"
+    assert out["speakers"] == [
+        {"speaker": "S1", "start_ms": 1000, "end_ms": 1600},
+        {"speaker": "S2", "start_ms": 1800, "end_ms": 2400},
+    ]
+    assert [t["speaker"] for t in out["tokens"]] == ["S1", "S2"]
+    unlabelled = event_to_dict(Final(0, 1000, 2400, transcript, show))
+    assert unlabelled is not None and "speaker" not in unlabelled

@@ -1,0 +1,74 @@
+"""A stream's finals labelled with who spoke, in the order they go out.
+
+An utterance's speech comes with one speaker embedding per decode that makes up its
+final: one for a whole-utterance final, one per piece with commits at pauses (so a change
+of speaker at a pause inside an utterance is seen). Each is labelled online
+(`OnlineSpeakers`) in stream order, which makes the labels a function of the audio alone,
+whatever order the engine answered in. The final's `speaker` is the one who spoke longest
+in it; `speaker_turns` says who spoke when.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from engine.types import SAMPLE_RATE
+from streaming.events import Final, SpeakerTurn
+from streaming.speakers.online import OnlineSpeakers, SpeakerPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """A decode's speaker embedding and the stream samples it heard."""
+
+    start: int
+    end: int
+    vector: np.ndarray
+
+
+def _ms(samples: int) -> int:
+    return samples * 1000 // SAMPLE_RATE
+
+
+class StreamSpeakers:
+    """One stream's speakers: labels its finals' voices as the finals go out."""
+
+    def __init__(self, policy: SpeakerPolicy) -> None:
+        self._speakers = OnlineSpeakers(policy)
+
+    def labelled(self, final: Final, voices: Sequence[Voice]) -> Final:
+        """`final` with its speaker and turns (unchanged if no voice was heard in it)."""
+        turns: list[SpeakerTurn] = []
+        for voice in sorted(voices, key=lambda v: v.start):
+            seconds = (voice.end - voice.start) / SAMPLE_RATE
+            label, _ = self._speakers.label(voice.vector, seconds)
+            # A piece is decoded with some of the pause after it: the final's span bounds it.
+            start = max(_ms(voice.start), final.start_ms)
+            end = min(_ms(voice.end), final.end_ms)
+            if turns and turns[-1].speaker == label:
+                turns[-1] = replace(turns[-1], end_ms=end)
+            else:
+                turns.append(SpeakerTurn(label, start, end))
+        if not turns:
+            return final
+        spoke: dict[str, int] = {}
+        for turn in turns:
+            spoke[turn.speaker] = spoke.get(turn.speaker, 0) + turn.end_ms - turn.start_ms
+        main = max(spoke, key=lambda label: (spoke[label], -int(label[1:])))
+        return replace(final, speaker=main, speaker_turns=tuple(turns))
+
+
+def turn_at(turns: Sequence[SpeakerTurn], ms: int) -> str | None:
+    """Who spoke at stream time `ms`: the turn holding it, else the nearest one."""
+    if not turns:
+        return None
+
+    def distance(turn: SpeakerTurn) -> int:
+        if turn.start_ms <= ms < turn.end_ms:
+            return 0
+        return min(abs(ms - turn.start_ms), abs(ms - turn.end_ms))
+
+    return min(turns, key=distance).speaker

@@ -1,0 +1,66 @@
+"""Speaker labels on a real server (issue 50): the demo model decodes, Resemblyzer's GE2E
+encoder embeds each final's speech in the engine, and v1 finals name who spoke."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sensestream.client import run_session
+from tests.server.conftest import ServerProcess
+from tests.speech import to_s16le
+from tools.demo_model.voices import Voice, speak
+
+SR = 16000
+#: A call: the agent (flite's slt), the caller (espeak-ng), the agent again.
+TURNS = (
+    (Voice("flite", "slt"), "Thank you for calling, how can I help you today?"),
+    (Voice("espeak", "en-us"), "My order never arrived and I would like a refund."),
+    (Voice("flite", "slt"), "I am sorry to hear that, let me check your order."),
+)
+
+
+@pytest.fixture(scope="module")
+def server(demo_model: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(demo_model)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def call() -> bytes:
+    """The turns with 1.2 s of silence between them (longer than the end silence)."""
+    gap = np.zeros(int(1.2 * SR), np.float32)
+    parts = [gap]
+    for voice, text in TURNS:
+        parts += [speak(text, voice), gap]
+    return to_s16le(np.concatenate(parts))
+
+
+def finals(call: bytes, server: ServerProcess, **start: object) -> list[dict[str, object]]:
+    outcome = asyncio.run(run_session(server.url, call, start={"type": "start", **start}))
+    return outcome.of("final")
+
+
+def test_finals_name_who_spoke_when_a_stream_asks(server: ServerProcess, call: bytes) -> None:
+    got = finals(call, server, diarize=True)
+    assert [f["speaker"] for f in got] == ["S1", "S2", "S1"], [f["text"] for f in got]
+
+
+def test_one_voice_is_one_speaker_and_a_stream_that_does_not_ask_gets_none(
+    server: ServerProcess, call: bytes
+) -> None:
+    agent = to_s16le(speak(TURNS[0][1], TURNS[0][0]))
+    gap = to_s16le(np.zeros(int(1.2 * SR), np.float32))
+    got = finals(gap + agent + gap + agent + gap, server, diarize=True)
+    assert [f["speaker"] for f in got] == ["S1", "S1"]
+    assert all("speaker" not in f for f in finals(call, server))
+
+
+def test_max_speakers_caps_the_labels(server: ServerProcess, call: bytes) -> None:
+    got = finals(call, server, diarize=True, max_speakers=1)
+    assert [f["speaker"] for f in got] == ["S1", "S1", "S1"]
