@@ -84,6 +84,8 @@ class Final:
     # more than one turn where the speaker changed within the utterance).
     speaker: str | None = None
     speaker_turns: tuple[SpeakerTurn, ...] = ()
+    # How like that speaker's voice so far it was (cosine; 1.0 where it opened the speaker).
+    speaker_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

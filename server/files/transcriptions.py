@@ -184,6 +184,7 @@ class FileJob:
             pace="replay",
             prompt=job.prompt,
             hotwords=hotwords_from(prompt_keywords(job.prompt)),
+            diarize=job.diarize,
         )
         fmt = AudioFormat("pcm_f32le", SAMPLE_RATE, 1)
         try:

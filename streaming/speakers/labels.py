@@ -42,9 +42,11 @@ class StreamSpeakers:
     def labelled(self, final: Final, voices: Sequence[Voice]) -> Final:
         """`final` with its speaker and turns (unchanged if no voice was heard in it)."""
         turns: list[SpeakerTurn] = []
+        scores: dict[str, list[tuple[float, float]]] = {}  # label -> (seconds, score)
         for voice in sorted(voices, key=lambda v: v.start):
             seconds = (voice.end - voice.start) / SAMPLE_RATE
-            label, _ = self._speakers.label(voice.vector, seconds)
+            label, score = self._speakers.label(voice.vector, seconds)
+            scores.setdefault(label, []).append((seconds, score))
             # A piece is decoded with some of the pause after it: the final's span bounds it.
             start = max(_ms(voice.start), final.start_ms)
             end = min(_ms(voice.end), final.end_ms)
@@ -58,17 +60,23 @@ class StreamSpeakers:
         for turn in turns:
             spoke[turn.speaker] = spoke.get(turn.speaker, 0) + turn.end_ms - turn.start_ms
         main = max(spoke, key=lambda label: (spoke[label], -int(label[1:])))
-        return replace(final, speaker=main, speaker_turns=tuple(turns))
+        weights = scores[main]
+        score = sum(w * s for w, s in weights) / max(sum(w for w, _ in weights), 1e-9)
+        return replace(final, speaker=main, speaker_turns=tuple(turns), speaker_score=score)
 
 
-def turn_at(turns: Sequence[SpeakerTurn], ms: int) -> str | None:
-    """Who spoke at stream time `ms`: the turn holding it, else the nearest one."""
-    if not turns:
-        return None
+def turn_index(turns: Sequence[SpeakerTurn], ms: int) -> int:
+    """Which turn stream time `ms` falls in: the one holding it, else the nearest."""
 
-    def distance(turn: SpeakerTurn) -> int:
+    def distance(k: int) -> int:
+        turn = turns[k]
         if turn.start_ms <= ms < turn.end_ms:
             return 0
         return min(abs(ms - turn.start_ms), abs(ms - turn.end_ms))
 
-    return min(turns, key=distance).speaker
+    return min(range(len(turns)), key=distance)
+
+
+def turn_at(turns: Sequence[SpeakerTurn], ms: int) -> str | None:
+    """Who spoke at stream time `ms` (None: no turns)."""
+    return turns[turn_index(turns, ms)].speaker if turns else None

@@ -1,5 +1,6 @@
 """Speaker labels on a real server (issue 50): the demo model decodes, Resemblyzer's GE2E
-encoder embeds each final's speech in the engine, and v1 finals name who spoke."""
+encoder embeds each final's speech in the engine, and v1 finals, the file API's
+`diarized_json` (through the openai SDK) and FunASR's results name who spoke."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
+from openai import OpenAI
 
 from sensestream.client import run_session
 from tests.server.conftest import ServerProcess
+from tests.server.test_funasr_route import root_url, upstream_client
 from tests.speech import to_s16le
 from tools.demo_model.voices import Voice, speak
 
@@ -64,3 +68,29 @@ def test_one_voice_is_one_speaker_and_a_stream_that_does_not_ask_gets_none(
 def test_max_speakers_caps_the_labels(server: ServerProcess, call: bytes) -> None:
     got = finals(call, server, diarize=True, max_speakers=1)
     assert [f["speaker"] for f in got] == ["S1", "S1", "S1"]
+
+
+def test_the_openai_sdk_parses_diarized_json(
+    server: ServerProcess, call: bytes, tmp_path: Path
+) -> None:
+    wav = tmp_path / "call.wav"
+    soundfile.write(wav, np.frombuffer(call, "<i2"), SR)
+    client = OpenAI(api_key="unused", base_url=f"http://127.0.0.1:{server.port}/v1", max_retries=0)
+    with wav.open("rb") as f:
+        done = client.audio.transcriptions.create(
+            file=f, model="gpt-4o-transcribe-diarize", response_format="diarized_json"
+        )
+    assert [s.speaker for s in done.segments] == ["A", "B", "A"]
+    assert all(s.type == "transcript.text.segment" and s.end > s.start for s in done.segments)
+    assert done.text == " ".join(s.text for s in done.segments)
+
+
+def test_funasr_clients_get_spk_name_from_a_diarizing_server(demo_model: Path, call: bytes) -> None:
+    proc = ServerProcess(demo_model, "--diarize")
+    try:
+        run = asyncio.run(upstream_client(root_url(proc), call, "2pass", itn=True))
+    finally:
+        proc.stop()
+    offline = [m for m in run.messages if m["mode"] == "2pass-offline" and m["text"]]
+    assert [m["spk_name"] for m in offline] == ["S1", "S2", "S1"]
+    assert all(0.0 < m["spk_score"] <= 1.0 for m in offline)

@@ -273,9 +273,14 @@ class FunasrCodec:
 
 
 def _final_fields(final: Final) -> dict[str, Any]:
-    """What a 2pass-offline result adds to the text: times, tags, timestamps."""
+    """What a 2pass-offline result adds to the text: times, tags, timestamps, and (with
+    the server's `--diarize`) who spoke, as FunASR's own server says it."""
     t = final.transcript
     out: dict[str, Any] = {"start_ms": final.start_ms, "end_ms": final.end_ms, "lang": t.lang}
+    if final.speaker is not None:
+        out["spk_name"] = final.speaker
+        if final.speaker_score is not None:
+            out["spk_score"] = round(final.speaker_score, 4)
     if final.show.get("emotion", True):
         out["emotion"] = t.emotion
     if final.show.get("event", True):

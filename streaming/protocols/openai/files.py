@@ -1,7 +1,13 @@
 """OpenAI's file-transcription API (`POST /v1/audio/transcriptions`), sans-I/O.
 
 Form fields in, a `TranscriptionJob` out; finals in, response bodies (json, text, srt,
-vtt, verbose_json) or server-sent events out. The server only moves the bytes.
+vtt, verbose_json, diarized_json) or server-sent events out. The server only moves the
+bytes.
+
+Speakers: `diarized_json` labels who spoke (and asks for it); the other formats carry
+speakers when the server labels them (`--diarize`): `speaker` on verbose_json segments,
+`[S1]` before SubRip cue text and a `<v S1>` voice tag in WebVTT. `diarized_json` names
+speakers as OpenAI's does, `A`, `B`, … in order of first appearance.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from streaming.commands import CLIENT_LANGUAGES, prompt_hotwords
 from streaming.errors import InvalidFieldError
 from streaming.events import Final
 from streaming.redaction.apply import REDACTED_ID
+from streaming.speakers.labels import turn_index
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 GRANULARITIES = ("segment", "word")
 #: Whisper names languages in verbose_json; SenseVoice's codes map onto them.
 LANGUAGE_NAMES: Mapping[str, str] = {
@@ -30,6 +37,7 @@ LANGUAGE_NAMES: Mapping[str, str] = {
 CONTENT_TYPES: Mapping[str, str] = {
     "json": "application/json",
     "verbose_json": "application/json",
+    "diarized_json": "application/json",
     "text": "text/plain; charset=utf-8",
     "srt": "application/x-subrip; charset=utf-8",
     "vtt": "text/vtt; charset=utf-8",
@@ -64,6 +72,11 @@ class TranscriptionJob:
     response_format: str = "json"
     granularities: frozenset[str] = frozenset({"segment"})
     stream: bool = False
+
+    @property
+    def diarize(self) -> bool | None:
+        """Whether to label who spoke (None: the server's choice)."""
+        return True if self.response_format == "diarized_json" else None
 
 
 def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
@@ -130,6 +143,8 @@ def render(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) ->
         body = subtitles(finals, srt=False)
     elif fmt == "verbose_json":
         body = _json(verbose(job, finals, duration_s))
+    elif fmt == "diarized_json":
+        body = _json(diarized(finals, duration_s))
     else:
         body = _json({"text": full_text(finals), "usage": usage(duration_s)})
     return CONTENT_TYPES[fmt], body
@@ -159,6 +174,59 @@ def verbose(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) -
     return out
 
 
+def diarized(finals: Sequence[Final], duration_s: float) -> dict[str, Any]:
+    """OpenAI's `diarized_json`: a segment per speaker turn of each utterance with text."""
+    names: dict[str, str] = {}
+    segments: list[dict[str, Any]] = []
+    for final in (f for f in finals if f.transcript.text):
+        for start, end, speaker, text in _turn_texts(final):
+            name = names.setdefault(speaker, _letters(len(names)))
+            segments.append(
+                {
+                    "type": "transcript.text.segment",
+                    "id": f"seg_{len(segments)}",
+                    "start": start / 1000,
+                    "end": end / 1000,
+                    "text": text,
+                    "speaker": name,
+                }
+            )
+    return {
+        "task": "transcribe",
+        "duration": round(duration_s, 3),
+        "text": full_text(finals),
+        "segments": segments,
+        "usage": usage(duration_s),
+    }
+
+
+def _turn_texts(final: Final) -> list[tuple[int, int, str, str]]:
+    """(start, end, speaker, text) of each speaker turn of a final, on the stream clock:
+    the whole final when its speaker does not change (or none was labelled)."""
+    turns = final.speaker_turns
+    if len(turns) < 2 or not final.transcript.tokens:
+        return [(final.start_ms, final.end_ms, final.speaker or "", final.transcript.text)]
+    said: dict[int, str] = {}
+    for token in final.transcript.tokens:
+        middle = final.start_ms + (token.start_ms + token.end_ms) // 2
+        k = turn_index(turns, middle)
+        said[k] = said.get(k, "") + token.text
+    return [
+        (turns[k].start_ms, turns[k].end_ms, turns[k].speaker, " ".join(said[k].split()))
+        for k in sorted(said)
+    ]
+
+
+def _letters(index: int) -> str:
+    """A, B, … Z, AA, AB, …: OpenAI's speaker names."""
+    name = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        name = chr(ord("A") + rest) + name
+    return name
+
+
 def segment(index: int, final: Final) -> dict[str, Any]:
     return {
         "id": index,
@@ -172,7 +240,7 @@ def segment(index: int, final: Final) -> dict[str, Any]:
         "avg_logprob": 0.0,
         "compression_ratio": 0.0,
         "no_speech_prob": 0.0,
-    }
+    } | ({"speaker": final.speaker} if final.speaker is not None else {})
 
 
 def words(final: Final) -> list[dict[str, Any]]:
@@ -220,8 +288,17 @@ def subtitles(finals: Sequence[Final], *, srt: bool) -> str:
         start, end = _clock(final.start_ms, srt), _clock(final.end_ms, srt)
         if srt:
             cues.append(str(number))
-        cues += [f"{start} --> {end}", final.transcript.text, ""]
+        cues += [f"{start} --> {end}", _cue_text(final, srt), ""]
     return "\n".join(cues) + ("\n" if cues else "")
+
+
+def _cue_text(final: Final, srt: bool) -> str:
+    """The cue's text, with who spoke when it was labelled: WebVTT's voice tag, or a
+    bracketed label in SubRip (which has none)."""
+    text = final.transcript.text
+    if final.speaker is None:
+        return text
+    return f"[{final.speaker}] {text}" if srt else f"<v {final.speaker}>{text}"
 
 
 def _clock(ms: int, srt: bool) -> str:

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,3 +147,14 @@ def test_with_commits_a_change_of_speaker_at_a_pause_splits_the_final_into_turns
 def test_labels_do_not_depend_on_the_order_the_engine_answers_in(seed: int) -> None:
     events, _ = run(session(diarize=True), TURNS, 8.5, random.Random(seed))
     assert [f.speaker for f in finals(events)] == ["S1", "S2", "S1"]
+
+
+def test_a_final_scores_how_like_its_speaker_it_was() -> None:
+    near_a = (A + 0.5 * B) / np.linalg.norm(A + 0.5 * B)  # cosine 0.894 to A, 0.447 to B
+    turns = [*TURNS[:2], (TURNS[2][0], near_a)]
+    events, _ = run(session(diarize=True), turns, 8.5)
+    got = finals(events)
+    assert [f.speaker for f in got] == ["S1", "S2", "S1"]
+    # S1 and S2 open with their first final (1.0); the third is A's voice, but not exactly.
+    scores = [f.speaker_score for f in got]
+    assert scores[:2] == [1.0, 1.0] and scores[2] == pytest.approx(1 / np.sqrt(1.25), abs=1e-5)

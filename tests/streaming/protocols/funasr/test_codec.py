@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -863,3 +864,13 @@ def test_a_bad_message_mid_stream_still_delivers_owed_finals() -> None:
     # The end is acknowledged, and says the stream did not end well.
     assert end["is_end"] and not end["is_final"] and "unexpected_message" in end["error"]
     assert client.close_code == 1002
+
+
+def test_a_labelled_final_names_its_speaker_as_funasrs_server_does() -> None:
+    c = codec()
+    c.decode(config(mode="2pass"))
+    named = replace(final(), speaker="S2", speaker_score=0.83456)
+    (offline,) = parsed(c.encode(named))
+    assert offline["spk_name"] == "S2" and offline["spk_score"] == 0.8346
+    (plain,) = parsed(c.encode(final(utt_id=1)))
+    assert "spk_name" not in plain and "spk_score" not in plain

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from engine.types import Token, Transcript
-from streaming.events import Final
+from streaming.events import Final, SpeakerTurn
 from streaming.protocols.openai.files import (
     FileApiError,
     TranscriptionJob,
@@ -133,3 +134,43 @@ def test_server_sent_events_frame_json() -> None:
     }
     error = json.loads(sse_error(FileApiError(500, "boom"))[6:])
     assert error["error"]["type"] == "server_error"
+
+
+def labelled(base: Final, speaker: str, *turns: SpeakerTurn) -> Final:
+    return replace(base, speaker=speaker, speaker_turns=turns or (SpeakerTurn(speaker, 0, 1),))
+
+
+def test_diarized_json_is_a_segment_per_speaker_turn_named_as_openai_names_them() -> None:
+    job = parse_fields(
+        {"model": ["gpt-4o-transcribe-diarize"], "response_format": ["diarized_json"]}
+    )
+    assert job.diarize is True and TranscriptionJob("whisper-1").diarize is None
+    two = (SpeakerTurn("S2", 500, 1000), SpeakerTurn("S1", 1000, 1700))
+    finals = [labelled(FINALS[0], "S1", *two), FINALS[1], labelled(FINALS[2], "S2")]
+    content_type, body = render(job, finals, 3663.0)
+    out = json.loads(body)
+    assert content_type == "application/json" and out["task"] == "transcribe"
+    assert out["text"] == "hello world again" and out["duration"] == 3663.0
+    segments = [(s["speaker"], s["start"], s["end"], s["text"]) for s in out["segments"]]
+    # S2 spoke first in the stream: "A"; the turn split falls between "hello" and "world".
+    assert segments == [
+        ("A", 0.5, 1.0, "hello"),
+        ("B", 1.0, 1.7, "world"),
+        ("A", 3661.001, 3662.5, "again"),
+    ]
+    assert all(s["type"] == "transcript.text.segment" for s in out["segments"])
+    assert len({s["id"] for s in out["segments"]}) == 3
+
+
+def test_other_formats_carry_speakers_when_they_were_labelled() -> None:
+    finals = [labelled(FINALS[0], "S1"), FINALS[1], labelled(FINALS[2], "S2")]
+    verbose = json.loads(
+        render(TranscriptionJob("m", response_format="verbose_json"), finals, 9)[1]
+    )
+    assert [s["speaker"] for s in verbose["segments"]] == ["S1", "S2"]
+    vtt = render(TranscriptionJob("m", response_format="vtt"), finals, 9)[1]
+    assert "<v S1>hello world" in vtt and "<v S2>again" in vtt
+    srt = render(TranscriptionJob("m", response_format="srt"), finals, 9)[1]
+    assert "[S1] hello world" in srt and "[S2] again" in srt
+    plain = json.loads(render(TranscriptionJob("m", response_format="verbose_json"), FINALS, 9)[1])
+    assert all("speaker" not in s for s in plain["segments"])
