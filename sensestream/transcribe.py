@@ -121,7 +121,7 @@ async def transcribe_file(here: Transcriber, path: Path, language: str) -> dict[
             audio = await asyncio.to_thread(FileAudio, file, here.max_seconds, path.name)
             runner = FileJob(here.engine, here.vad, here.settings, audio)
             try:
-                finals = [final async for final in runner.finals(job)]
+                finals = await runner.transcript(job)
             finally:
                 runner.close()
                 audio.close()

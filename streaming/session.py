@@ -120,9 +120,11 @@ class SessionConfig:
     # Why the model cannot write some of a stream's hotwords (None: it can write them all);
     # the server asks the engine's tokenizer. Refused at start, not at the first decode.
     hotword_refusal: HotwordRefusal = field(default=writes_any)
-    # Label who spoke in every stream that does not say (`--diarize`), and how.
+    # Label who spoke in every stream that does not say (`--diarize`), and how; keep the
+    # voices labelled (`kept_voices`), for a file's speakers clustered at its end.
     diarize: bool = False
     speakers: SpeakerPolicy = field(default_factory=SpeakerPolicy)
+    keep_voices: bool = False
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -442,6 +444,17 @@ class Session:
         return len(self._owed)
 
     @property
+    def kept_voices(self) -> list[tuple[int, Voice]]:
+        """(utt_id, voice) of every final labelled so far, with `keep_voices`."""
+        return [] if self._speakers is None else list(self._speakers.kept)
+
+    @property
+    def speaker_policy(self) -> SpeakerPolicy:
+        """How this stream tells speakers apart (its `max_speakers` applied)."""
+        cap = self._options.max_speakers or self._config.speakers.max_speakers
+        return replace(self._config.speakers, max_speakers=cap)
+
+    @property
     def stream_samples(self) -> int:
         return self._ring.end
 
@@ -496,8 +509,7 @@ class Session:
         )
         self._options = options
         if options.diarize and self._speakers is None:
-            cap = options.max_speakers or self._config.speakers.max_speakers
-            self._speakers = StreamSpeakers(replace(self._config.speakers, max_speakers=cap))
+            self._speakers = StreamSpeakers(self.speaker_policy, keep=self._config.keep_voices)
         self._redact_with(redaction)
         limits = self._config.limits
         rate = limits.max_replay_rate if command.options.pace == "replay" else limits.max_rate

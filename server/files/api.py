@@ -201,7 +201,7 @@ class FileApi:
             events = self._events(runner, job, duration_s)
             return SlotStream(events, slot, media_type="text/event-stream")
         try:
-            finals = [final async for final in runner.finals(job)]
+            finals = await runner.transcript(job)
         except FileApiError as exc:
             return api_error(exc)
         content_type, body = render(job, finals, duration_s)

@@ -10,10 +10,11 @@ memory and never floods the queue.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any, Protocol
 
@@ -23,7 +24,7 @@ import soxr
 
 from engine.client import EngineClient
 from engine.errors import HotwordError
-from engine.types import SAMPLE_RATE, InferenceResult
+from engine.types import SAMPLE_RATE, DecodeOptions, InferenceRequest, InferenceResult, RequestKind
 from server.files.mpeg import ChildDecoder, DecodeError, is_mpeg, reason
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import (
@@ -38,11 +39,13 @@ from streaming.errors import UnsupportedHotwordError
 from streaming.events import Ended, Failed, Final
 from streaming.protocols.openai.files import FileApiError, TranscriptionJob
 from streaming.session import Session, SessionConfig
+from streaming.speakers.offline import KnownSpeaker, relabel
 from streaming.vad.types import VadModel
 
 log = logging.getLogger("sensestream.transcriptions")
 
 CHUNK_S = 2.0  # audio handed to the session per step
+REFERENCE_MIN_S, REFERENCE_MAX_S = 2.0, 10.0  # a known speaker's clip
 UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's SF_COUNT_MAX
 
 
@@ -147,11 +150,33 @@ def too_long(max_s: float) -> FileApiError:
     return FileApiError(413, message, "file", code="audio_too_long")
 
 
+def reference_audio(data: bytes, index: int) -> np.ndarray:
+    """A known speaker's reference clip as 16 kHz mono: 2 to 10 s of audio (as OpenAI's
+    API takes), else FileApiError 400 naming it."""
+    param = f"known_speaker_references[{index}]"
+    try:
+        clip = FileAudio(io.BytesIO(data), name=param)  # a form field: 4 MiB at most
+        chunks = []
+        while (chunk := clip.read()) is not None:
+            chunks.append(chunk)
+        clip.close()
+    except FileApiError as exc:
+        raise FileApiError(400, f"{param} is not audio: {exc.message}", param) from exc
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    seconds = audio.size / SAMPLE_RATE
+    if not REFERENCE_MIN_S <= seconds <= REFERENCE_MAX_S:
+        bounds = f"{REFERENCE_MIN_S:g} to {REFERENCE_MAX_S:g} s"
+        message = f"{param} must hold {bounds} of audio; it holds {seconds:.1f} s"
+        raise FileApiError(400, message, param)
+    return audio
+
+
 def file_session_config(live: SessionConfig) -> SessionConfig:
     """The live settings, less what only live clients need: no partials, no early finals,
     no rate limit; finals queue as background work."""
     limits = replace(live.limits, max_replay_rate=1e9, max_session_s=1e9)
-    return replace(live, early_final_ms=0, limits=limits, background=True)
+    # Voices are kept to the end, where a file's speakers are clustered all at once.
+    return replace(live, early_final_ms=0, limits=limits, background=True, keep_voices=True)
 
 
 class FileJob:
@@ -211,6 +236,46 @@ class FileJob:
                 task.cancel()
             await asyncio.gather(feeder, collector, return_exceptions=True)
             self.engine.cancel(self.session.session_id)
+
+    async def transcript(self, job: TranscriptionJob) -> list[Final]:
+        """All the file's finals; with speakers, labelled by clustering all its voices
+        at the end (`streaming.speakers.offline`) rather than as they were heard, and
+        named after the job's known speakers."""
+        known = await self._known_speakers(job.known_speakers)
+        finals = [final async for final in self.finals(job)]
+        kept = self.session.kept_voices
+        if not kept:
+            return finals
+        return relabel(finals, kept, self.session.speaker_policy, known=known)
+
+    async def _known_speakers(self, clips: Sequence[tuple[str, bytes]]) -> list[KnownSpeaker]:
+        """The known speakers' reference clips, embedded by the engine (before the file)."""
+        if not clips:
+            return []
+        now = asyncio.get_running_loop().time()
+        for k, (_, data) in enumerate(clips):
+            audio = await asyncio.to_thread(reference_audio, data, k)
+            # Negative ids: the session never makes them, so no answer is mistaken for its.
+            request = InferenceRequest(
+                self.session.session_id,
+                -(k + 1),
+                RequestKind.BACKGROUND,
+                audio,
+                DecodeOptions(speaker=True),
+                now,
+                request_id=-(k + 1),
+                bulk=True,
+            )
+            self.engine.submit(request)
+        vectors: dict[int, np.ndarray] = {}
+        while len(vectors) < len(clips):
+            result = await self._channel.get()
+            if result.speaker is None:
+                why = result.error_message or "no speaker embedding"
+                message = f"known_speaker_references could not be embedded: {why}"
+                raise FileApiError(500, message, code=result.error_code)
+            vectors[-result.ref.request_id - 1] = result.speaker
+        return [KnownSpeaker(name, vectors[k]) for k, (name, _) in enumerate(clips)]
 
     async def _next(self, feeder: asyncio.Task[None]) -> Final | Failed | Ended:
         """The next event, or the feeder's error (a file that breaks while decoding)."""

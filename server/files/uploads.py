@@ -19,6 +19,9 @@ from streaming.protocols.openai.files import FileApiError
 
 SPOOL_BYTES = 1 << 20  # a file part larger than this goes to disk
 MAX_FIELD_BYTES = 64 * 1024
+# A known speaker's reference clip comes as a data URL in a text field: up to 10 s of
+# audio, base64 (10 s of 48 kHz 16-bit stereo is 2.6 MB so).
+MAX_REFERENCE_BYTES = 4 * 1024 * 1024
 MAX_FIELDS = 32
 MAX_NAME_CHARS = 80  # of a filename quoted back in an error
 UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
@@ -104,7 +107,8 @@ class _Reader:
             self.upload.file_bytes += end - start
             return
         self._value += data[start:end]
-        if len(self._value) > MAX_FIELD_BYTES:
+        big = self._name.startswith("known_speaker_references")
+        if len(self._value) > (MAX_REFERENCE_BYTES if big else MAX_FIELD_BYTES):
             raise FileApiError(400, f"form field {self._name!r} is too long", self._name)
 
     def _on_part_end(self) -> None:

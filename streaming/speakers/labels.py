@@ -5,7 +5,8 @@ final: one for a whole-utterance final, one per piece with commits at pauses (so
 of speaker at a pause inside an utterance is seen). Each is labelled online
 (`OnlineSpeakers`) in stream order, which makes the labels a function of the audio alone,
 whatever order the engine answered in. The final's `speaker` is the one who spoke longest
-in it; `speaker_turns` says who spoke when.
+in it; `speaker_turns` says who spoke when. A file's labels may be redone at its end
+(`streaming.speakers.offline`) from the voices kept (`keep`).
 """
 
 from __future__ import annotations
@@ -28,41 +29,67 @@ class Voice:
     end: int
     vector: np.ndarray
 
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start) / SAMPLE_RATE
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """A voice of a final, labelled: who, and how like that speaker (cosine)."""
+
+    voice: Voice
+    speaker: str
+    score: float
+
 
 def _ms(samples: int) -> int:
     return samples * 1000 // SAMPLE_RATE
 
 
+def with_speakers(final: Final, heard: Sequence[Heard]) -> Final:
+    """`final` with its speaker (who spoke longest), turns and score, from its labelled
+    voices (unchanged if none was heard in it)."""
+    turns: list[SpeakerTurn] = []
+    scores: dict[str, list[tuple[float, float]]] = {}  # label -> (seconds, score)
+    for h in sorted(heard, key=lambda h: h.voice.start):
+        scores.setdefault(h.speaker, []).append((h.voice.seconds, h.score))
+        # A piece is decoded with some of the pause after it: the final's span bounds it.
+        start = max(_ms(h.voice.start), final.start_ms)
+        end = min(_ms(h.voice.end), final.end_ms)
+        if turns and turns[-1].speaker == h.speaker:
+            turns[-1] = replace(turns[-1], end_ms=end)
+        else:
+            turns.append(SpeakerTurn(h.speaker, start, end))
+    if not turns:
+        return final
+    spoke: dict[str, int] = {}
+    for turn in turns:
+        spoke[turn.speaker] = spoke.get(turn.speaker, 0) + turn.end_ms - turn.start_ms
+    first = {turn.speaker: k for k, turn in reversed(list(enumerate(turns)))}
+    main = max(spoke, key=lambda label: (spoke[label], -first[label]))
+    weights = scores[main]
+    score = sum(w * s for w, s in weights) / max(sum(w for w, _ in weights), 1e-9)
+    return replace(final, speaker=main, speaker_turns=tuple(turns), speaker_score=score)
+
+
 class StreamSpeakers:
     """One stream's speakers: labels its finals' voices as the finals go out."""
 
-    def __init__(self, policy: SpeakerPolicy) -> None:
+    def __init__(self, policy: SpeakerPolicy, keep: bool = False) -> None:
         self._speakers = OnlineSpeakers(policy)
+        self._keep = keep
+        self.kept: list[tuple[int, Voice]] = []  # (utt_id, voice), with `keep`
 
     def labelled(self, final: Final, voices: Sequence[Voice]) -> Final:
         """`final` with its speaker and turns (unchanged if no voice was heard in it)."""
-        turns: list[SpeakerTurn] = []
-        scores: dict[str, list[tuple[float, float]]] = {}  # label -> (seconds, score)
+        heard = []
         for voice in sorted(voices, key=lambda v: v.start):
-            seconds = (voice.end - voice.start) / SAMPLE_RATE
-            label, score = self._speakers.label(voice.vector, seconds)
-            scores.setdefault(label, []).append((seconds, score))
-            # A piece is decoded with some of the pause after it: the final's span bounds it.
-            start = max(_ms(voice.start), final.start_ms)
-            end = min(_ms(voice.end), final.end_ms)
-            if turns and turns[-1].speaker == label:
-                turns[-1] = replace(turns[-1], end_ms=end)
-            else:
-                turns.append(SpeakerTurn(label, start, end))
-        if not turns:
-            return final
-        spoke: dict[str, int] = {}
-        for turn in turns:
-            spoke[turn.speaker] = spoke.get(turn.speaker, 0) + turn.end_ms - turn.start_ms
-        main = max(spoke, key=lambda label: (spoke[label], -int(label[1:])))
-        weights = scores[main]
-        score = sum(w * s for w, s in weights) / max(sum(w for w, _ in weights), 1e-9)
-        return replace(final, speaker=main, speaker_turns=tuple(turns), speaker_score=score)
+            label, score = self._speakers.label(voice.vector, voice.seconds)
+            heard.append(Heard(voice, label, score))
+            if self._keep:
+                self.kept.append((final.utt_id, voice))
+        return with_speakers(final, heard)
 
 
 def turn_index(turns: Sequence[SpeakerTurn], ms: int) -> int:

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from server.engines.attach import RayUnreachableError, open_remote
 from server.engines.url import RayAddress
-from server.files.transcriptions import FileAudio
+from server.files.transcriptions import FileAudio, reference_audio
 from server.files.uploads import Upload
 from server.main import main
 from streaming.protocols.openai.files import FileApiError
@@ -244,3 +244,20 @@ def test_rays_note_about_sigterm_off_the_main_thread_is_kept_at_debug() -> None:
         assert quiet.filter(other) and other.levelno == logging.WARNING
     finally:
         logger.setLevel(level)
+
+
+def wav_bytes(seconds: float) -> bytes:
+    buffer = io.BytesIO()
+    tone = 0.1 * np.sin(np.arange(int(seconds * 8000)) / 8000 * 2 * np.pi * 220)
+    sf.write(buffer, tone.astype(np.float32), 8000, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def test_a_known_speakers_reference_is_2_to_10_s_of_audio_at_16_khz() -> None:
+    audio = reference_audio(wav_bytes(3.0), 0)
+    assert audio.dtype == np.float32 and abs(audio.size - 48000) <= 160  # resampled
+    for data, fragment in ((wav_bytes(1.0), "must hold 2 to 10 s"), (b"hello", "is not audio")):
+        with pytest.raises(FileApiError) as caught:
+            reference_audio(data, 2)
+        assert caught.value.status == 400 and fragment in caught.value.message
+        assert caught.value.param == "known_speaker_references[2]"

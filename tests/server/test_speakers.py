@@ -5,13 +5,15 @@ encoder embeds each final's speech in the engine, and v1 finals, the file API's
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from sensestream.client import run_session
 from tests.server.conftest import ServerProcess
@@ -94,3 +96,49 @@ def test_funasr_clients_get_spk_name_from_a_diarizing_server(demo_model: Path, c
     offline = [m for m in run.messages if m["mode"] == "2pass-offline" and m["text"]]
     assert [m["spk_name"] for m in offline] == ["S1", "S2", "S1"]
     assert all(0.0 < m["spk_score"] <= 1.0 for m in offline)
+
+
+def data_url(audio: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, audio, SR, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_known_speakers_name_the_speakers_of_a_file(
+    server: ServerProcess, call: bytes, tmp_path: Path
+) -> None:
+    wav = tmp_path / "call.wav"
+    soundfile.write(wav, np.frombuffer(call, "<i2"), SR)
+    # Other words than the call's, in each party's voice.
+    agent = speak("Good afternoon, you are through to the billing team.", TURNS[0][0])
+    caller = speak("Hello, I have a question about my last invoice please.", TURNS[1][0])
+    client = OpenAI(api_key="unused", base_url=f"http://127.0.0.1:{server.port}/v1", max_retries=0)
+    with wav.open("rb") as f:
+        done = client.audio.transcriptions.create(
+            file=f,
+            model="gpt-4o-transcribe-diarize",
+            response_format="diarized_json",
+            known_speaker_names=["caller", "agent"],
+            known_speaker_references=[data_url(caller), data_url(agent)],
+        )
+    assert [s.speaker for s in done.segments] == ["agent", "caller", "agent"]
+
+
+def test_a_known_speaker_reference_that_is_not_audio_is_a_clear_400(
+    server: ServerProcess, call: bytes, tmp_path: Path
+) -> None:
+    wav = tmp_path / "call.wav"
+    soundfile.write(wav, np.frombuffer(call, "<i2"), SR)
+    text = "data:text/plain;base64," + base64.b64encode(b"not a voice at all").decode()
+    client = OpenAI(api_key="unused", base_url=f"http://127.0.0.1:{server.port}/v1", max_retries=0)
+    with wav.open("rb") as f, pytest.raises(BadRequestError) as caught:
+        client.audio.transcriptions.create(
+            file=f,
+            model="gpt-4o-transcribe-diarize",
+            response_format="diarized_json",
+            known_speaker_names=["agent"],
+            known_speaker_references=[text],
+        )
+    error = caught.value.body
+    assert isinstance(error, dict) and error["param"] == "known_speaker_references[0]"
+    assert "is not audio" in error["message"]

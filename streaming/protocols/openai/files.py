@@ -12,10 +12,14 @@ speakers as OpenAI's does, `A`, `B`, … in order of first appearance.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from engine.types import Token
 from streaming.commands import CLIENT_LANGUAGES, prompt_hotwords
@@ -26,6 +30,8 @@ from streaming.speakers.labels import turn_index
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 GRANULARITIES = ("segment", "word")
+MAX_KNOWN_SPEAKERS = 4  # as OpenAI's API takes
+NUMBERED = re.compile(r"S\d+|")  # a speaker label as the server numbers them (or none)
 #: Whisper names languages in verbose_json; SenseVoice's codes map onto them.
 LANGUAGE_NAMES: Mapping[str, str] = {
     "zh": "chinese",
@@ -72,11 +78,13 @@ class TranscriptionJob:
     response_format: str = "json"
     granularities: frozenset[str] = frozenset({"segment"})
     stream: bool = False
+    # Speakers to name, each with the audio of a reference clip (its container's bytes).
+    known_speakers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def diarize(self) -> bool | None:
         """Whether to label who spoke (None: the server's choice)."""
-        return True if self.response_format == "diarized_json" else None
+        return True if self.response_format == "diarized_json" or self.known_speakers else None
 
 
 def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
@@ -112,8 +120,52 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
     except InvalidFieldError as exc:
         raise FileApiError(400, str(exc), "prompt") from exc
     return TranscriptionJob(
-        model, language, prompt, response_format, granularities, stream == "true"
+        model,
+        language,
+        prompt,
+        response_format,
+        granularities,
+        stream == "true",
+        known_speakers(fields),
     )
+
+
+def known_speakers(fields: Mapping[str, Sequence[str]]) -> tuple[tuple[str, bytes], ...]:
+    """`known_speaker_names[]` with their `known_speaker_references[]` (data URLs), in
+    order; raises FileApiError (400) unless they pair up, at most `MAX_KNOWN_SPEAKERS`."""
+    names = [*fields.get("known_speaker_names[]", ()), *fields.get("known_speaker_names", ())]
+    refs = [
+        *fields.get("known_speaker_references[]", ()),
+        *fields.get("known_speaker_references", ()),
+    ]
+    param = "known_speaker_references[]"
+    if len(names) != len(refs):
+        message = "known_speaker_names[] and known_speaker_references[] must pair up"
+        raise FileApiError(400, message, param)
+    if len(names) > MAX_KNOWN_SPEAKERS:
+        message = f"at most {MAX_KNOWN_SPEAKERS} known speakers; got {len(names)}"
+        raise FileApiError(400, message, "known_speaker_names[]")
+    if any(not 0 < len(n.strip()) <= 64 for n in names) or len(set(names)) != len(names):
+        message = "each known speaker name must be 1 to 64 characters, and each name once"
+        raise FileApiError(400, message, "known_speaker_names[]")
+    return tuple(
+        (n.strip(), data_url_bytes(r, f"{param[:-2]}[{i}]"))
+        for i, (n, r) in enumerate(zip(names, refs, strict=True))
+    )
+
+
+def data_url_bytes(url: str, param: str) -> bytes:
+    """The bytes a `data:[<type>][;base64],<data>` URL holds; FileApiError (400) if it is
+    not one (a reference must be audio: the decoder checks that)."""
+    head, comma, data = url.strip().partition(",")
+    if not head.startswith("data:") or not comma:
+        raise FileApiError(400, f"{param} must be a data URL (data:audio/...;base64,...)", param)
+    if not head.endswith(";base64"):
+        return unquote_to_bytes(data)
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error as exc:
+        raise FileApiError(400, f"{param} is not valid base64: {exc}", param) from exc
 
 
 def _granularities(fields: Mapping[str, Sequence[str]]) -> frozenset[str]:
@@ -180,7 +232,12 @@ def diarized(finals: Sequence[Final], duration_s: float) -> dict[str, Any]:
     segments: list[dict[str, Any]] = []
     for final in (f for f in finals if f.transcript.text):
         for start, end, speaker, text in _turn_texts(final):
-            name = names.setdefault(speaker, _letters(len(names)))
+            # A known speaker keeps their name; the others are lettered in order.
+            name = (
+                speaker
+                if not NUMBERED.fullmatch(speaker)
+                else names.setdefault(speaker, _letters(len(names)))
+            )
             segments.append(
                 {
                     "type": "transcript.text.segment",

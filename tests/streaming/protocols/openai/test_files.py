@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import replace
 
@@ -160,6 +161,10 @@ def test_diarized_json_is_a_segment_per_speaker_turn_named_as_openai_names_them(
     ]
     assert all(s["type"] == "transcript.text.segment" for s in out["segments"])
     assert len({s["id"] for s in out["segments"]}) == 3
+    # A known speaker keeps their name; the numbered ones are lettered.
+    named = [labelled(FINALS[0], "agent"), labelled(FINALS[2], "S1")]
+    out = json.loads(render(job, named, 9.0)[1])
+    assert [s["speaker"] for s in out["segments"]] == ["agent", "A"]
 
 
 def test_other_formats_carry_speakers_when_they_were_labelled() -> None:
@@ -174,3 +179,36 @@ def test_other_formats_carry_speakers_when_they_were_labelled() -> None:
     assert "[S1] hello world" in srt and "[S2] again" in srt
     plain = json.loads(render(TranscriptionJob("m", response_format="verbose_json"), FINALS, 9)[1])
     assert all("speaker" not in s for s in plain["segments"])
+
+
+def test_known_speakers_pair_names_with_data_url_references() -> None:
+    wav = base64.b64encode(b"RIFF....WAVE").decode()
+    job = parse_fields(
+        {
+            "model": ["m"],
+            "known_speaker_names[]": ["agent", "caller"],
+            "known_speaker_references[]": [f"data:audio/wav;base64,{wav}", "data:,plain%20text"],
+        }
+    )
+    assert job.known_speakers == (("agent", b"RIFF....WAVE"), ("caller", b"plain text"))
+    assert job.diarize is True  # naming speakers means labelling them
+
+
+@pytest.mark.parametrize(
+    ("names", "refs", "param", "fragment"),
+    [
+        (["a"], [], "known_speaker_references[]", "pair up"),
+        (["a", "b", "c", "d", "e"], ["data:,x"] * 5, "known_speaker_names[]", "at most 4"),
+        (["a", "a"], ["data:,x"] * 2, "known_speaker_names[]", "each name once"),
+        (["a"], ["https://example.com/a.wav"], "known_speaker_references[0]", "data URL"),
+        (["a"], ["data:audio/wav;base64,@@@"], "known_speaker_references[0]", "base64"),
+    ],
+)
+def test_bad_known_speakers_are_400_naming_the_field(
+    names: list[str], refs: list[str], param: str, fragment: str
+) -> None:
+    fields = {"model": ["m"], "known_speaker_names[]": names, "known_speaker_references[]": refs}
+    with pytest.raises(FileApiError) as caught:
+        parse_fields(fields)
+    assert caught.value.status == 400 and caught.value.param == param
+    assert fragment in caught.value.message
