@@ -65,6 +65,10 @@ def session_options(args: argparse.Namespace, channels: int = 1) -> SessionOptio
             start["channel_labels"] = list(args.channel_labels)
     if args.stream_id:
         start["stream_id"] = args.stream_id
+    if args.diarize:
+        start["diarize"] = True
+        if args.max_speakers:
+            start["max_speakers"] = args.max_speakers
     return SessionOptions(
         start={**start, "pace": pace_for(args.speed)},
         frame_s=args.chunk_ms / 1000,
@@ -156,7 +160,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="A,B",
         help="names of the channels with --multichannel, one each (default: 0,1)",
     )
+    parser.add_argument(
+        "--diarize", action="store_true", help="label who spoke: each caption names its speaker"
+    )
+    parser.add_argument(
+        "--max-speakers", type=int, default=None, metavar="N", help="with --diarize: at most N"
+    )
     args = parser.parse_args(argv)
+    if args.max_speakers is not None and (not args.diarize or args.max_speakers < 1):
+        parser.error("--max-speakers needs --diarize and a count of 1 or more")
     if args.speed < 0 or args.chunk_ms <= 0 or args.concurrency < 1:
         parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
     if args.channel_labels and not args.multichannel:

@@ -64,9 +64,11 @@ def fmt_time(ms: int, sep: str) -> str:
 
 
 def channel_tag(event: dict[str, Any]) -> str:
-    """`[label] ` for an event of a multichannel stream (it names its channel); else ""."""
+    """Who said it: `[label] ` for an event of a multichannel stream (it names its
+    channel), `[S1] ` for a final that names its speaker, `[label S1] ` for both; else ""."""
     label = event.get("label", event.get("channel"))
-    return "" if label is None else f"[{label}] "
+    who = [str(part) for part in (label, event.get("speaker")) if part is not None]
+    return f"[{' '.join(who)}] " if who else ""
 
 
 def render(result: StreamResult, fmt: str) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import soundfile
 from openai import BadRequestError, OpenAI
 
 from sensestream.client import run_session
+from tests.sensestream.test_transcribe import transcribe
 from tests.server.conftest import ServerProcess
 from tests.server.test_funasr_route import root_url, upstream_client
 from tests.speech import to_s16le
@@ -142,3 +145,23 @@ def test_a_known_speaker_reference_that_is_not_audio_is_a_clear_400(
     error = caught.value.body
     assert isinstance(error, dict) and error["param"] == "known_speaker_references[0]"
     assert "is not audio" in error["message"]
+
+
+def test_the_commands_label_speakers_with_diarize(
+    server: ServerProcess, call: bytes, demo_model: Path, tmp_path: Path
+) -> None:
+    wav = tmp_path / "call.wav"
+    soundfile.write(wav, np.frombuffer(call, "<i2"), SR)
+    command = [sys.executable, "-m", "sensestream", "stream", str(wav), "--url", server.url]
+    streamed = subprocess.run(
+        [*command, "--speed", "0", "--diarize", "--out", str(tmp_path / "call.txt")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    lines = (tmp_path / "call.txt").read_text().splitlines()
+    assert [line.split("]")[0] for line in lines] == ["[S1", "[S2", "[S1"], streamed.stderr
+    code, out, err = transcribe(str(wav), "--model", str(demo_model), "--diarize")
+    assert code == 0, err
+    assert [s["speaker"] for s in out[0]["segments"]] == ["S1", "S2", "S1"]

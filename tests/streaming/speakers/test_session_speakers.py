@@ -20,6 +20,7 @@ from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Configure, Stop, StreamOptions
 from streaming.events import Final, SessionEvent, SpeakerTurn
 from streaming.pieces.policy import CommitPolicy
+from streaming.redaction.policies import Policy, Redaction
 from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from streaming.speakers.online import SpeakerPolicy
@@ -57,14 +58,18 @@ def decoder(
 
 
 OFF = CommitPolicy()
+NOTHING = Redaction()
 
 
-def session(diarize: bool | None, commits: CommitPolicy = OFF) -> Session:
+def session(
+    diarize: bool | None, commits: CommitPolicy = OFF, redaction: Redaction = NOTHING
+) -> Session:
     config = SessionConfig(
         vad=VadConfig(end_silence_ms=500),
         segmenter=SegmenterConfig(preroll_ms=0),
         commits=commits,
         speakers=SpeakerPolicy(min_new_s=0.3),
+        redaction=redaction,
     )
     s = Session("s", config, EnergyVadModel())
     s.handle(Configure(AudioFormat(), StreamOptions(diarize=diarize)), 0.0)
@@ -158,3 +163,9 @@ def test_a_final_scores_how_like_its_speaker_it_was() -> None:
     # S1 and S2 open with their first final (1.0); the third is A's voice, but not exactly.
     scores = [f.speaker_score for f in got]
     assert scores[:2] == [1.0, 1.0] and scores[2] == pytest.approx(1 / np.sqrt(1.25), abs=1e-5)
+
+
+def test_redacted_finals_still_name_their_speakers() -> None:
+    redaction = Redaction(frozenset({Policy.NUMBERS}))
+    events, _ = run(session(diarize=True, redaction=redaction), TURNS, 8.5)
+    assert [f.speaker for f in finals(events)] == ["S1", "S2", "S1"]
