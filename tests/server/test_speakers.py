@@ -19,7 +19,7 @@ from openai import BadRequestError, OpenAI
 
 from sensestream.client import run_session
 from tests.sensestream.test_transcribe import transcribe
-from tests.server.conftest import ServerProcess
+from tests.server.conftest import WORKER_READY, ServerProcess
 from tests.server.test_funasr_route import root_url, upstream_client
 from tests.speech import to_s16le
 from tools.demo_model.voices import Voice, speak
@@ -165,3 +165,15 @@ def test_the_commands_label_speakers_with_diarize(
     code, out, err = transcribe(str(wav), "--model", str(demo_model), "--diarize")
     assert code == 0, err
     assert [s["speaker"] for s in out[0]["segments"]] == ["S1", "S2", "S1"]
+
+
+def test_two_workers_label_speakers_through_the_engine_process(
+    demo_model: Path, call: bytes
+) -> None:
+    proc = ServerProcess(demo_model, "--workers", "2")
+    try:
+        proc.wait_for(WORKER_READY, count=2)
+        got = finals(call, proc, diarize=True)
+    finally:
+        proc.stop()
+    assert [f["speaker"] for f in got] == ["S1", "S2", "S1"]
