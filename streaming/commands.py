@@ -69,10 +69,18 @@ class StreamOptions:
     # caps how many speakers are told apart (None: no cap).
     diarize: bool | None = None
     max_speakers: int | None = None
+    # At least this many speakers: used where a recording is clustered at its end (files);
+    # labels given online cannot know the rest of the stream.
+    min_speakers: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_speakers is not None and not 1 <= self.max_speakers <= MAX_SPEAKERS:
-            raise InvalidFieldError(f"max_speakers must be within 1..{MAX_SPEAKERS}")
+        for name in ("min_speakers", "max_speakers"):
+            count = getattr(self, name)
+            if count is not None and not 1 <= count <= MAX_SPEAKERS:
+                raise InvalidFieldError(f"{name} must be within 1..{MAX_SPEAKERS}")
+        low, high = self.min_speakers, self.max_speakers
+        if low is not None and high is not None and low > high:
+            raise InvalidFieldError("min_speakers must not be above max_speakers")
         if self.commit is not None and self.commit not in COMMIT_MODES:
             modes = " or ".join(COMMIT_MODES)
             raise InvalidFieldError(f"commit must be {modes}; got {self.commit!r}")

@@ -449,6 +449,11 @@ class Session:
         return [] if self._speakers is None else list(self._speakers.kept)
 
     @property
+    def min_speakers(self) -> int | None:
+        """The stream's `min_speakers`, for clustering its voices at its end."""
+        return self._options.min_speakers
+
+    @property
     def speaker_policy(self) -> SpeakerPolicy:
         """How this stream tells speakers apart (its `max_speakers` applied)."""
         cap = self._options.max_speakers or self._config.speakers.max_speakers

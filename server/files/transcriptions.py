@@ -210,6 +210,8 @@ class FileJob:
             prompt=job.prompt,
             hotwords=hotwords_from(prompt_keywords(job.prompt)),
             diarize=job.diarize,
+            max_speakers=job.max_speakers,
+            min_speakers=job.min_speakers,
         )
         fmt = AudioFormat("pcm_f32le", SAMPLE_RATE, 1)
         try:
@@ -246,7 +248,8 @@ class FileJob:
         kept = self.session.kept_voices
         if not kept:
             return finals
-        return relabel(finals, kept, self.session.speaker_policy, known=known)
+        policy, least = self.session.speaker_policy, self.session.min_speakers
+        return relabel(finals, kept, policy, least, known)
 
     async def _known_speakers(self, clips: Sequence[tuple[str, bytes]]) -> list[KnownSpeaker]:
         """The known speakers' reference clips, embedded by the engine (before the file)."""

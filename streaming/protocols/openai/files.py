@@ -27,6 +27,7 @@ from streaming.errors import InvalidFieldError
 from streaming.events import Final
 from streaming.redaction.apply import REDACTED_ID
 from streaming.speakers.labels import turn_index
+from streaming.speakers.online import MAX_SPEAKERS
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 GRANULARITIES = ("segment", "word")
@@ -80,11 +81,15 @@ class TranscriptionJob:
     stream: bool = False
     # Speakers to name, each with the audio of a reference clip (its container's bytes).
     known_speakers: tuple[tuple[str, bytes], ...] = ()
+    # How many speakers there are, if the caller knows (this server's own fields).
+    min_speakers: int | None = None
+    max_speakers: int | None = None
 
     @property
     def diarize(self) -> bool | None:
         """Whether to label who spoke (None: the server's choice)."""
-        return True if self.response_format == "diarized_json" or self.known_speakers else None
+        asked = self.response_format == "diarized_json" or self.known_speakers
+        return True if asked or self.min_speakers or self.max_speakers else None
 
 
 def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
@@ -127,7 +132,25 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
         granularities,
         stream == "true",
         known_speakers(fields),
+        *speaker_counts(one("min_speakers"), one("max_speakers")),
     )
+
+
+def speaker_counts(low: str, high: str) -> tuple[int | None, int | None]:
+    """`min_speakers` and `max_speakers` (empty: not given); FileApiError (400) unless
+    each is a whole number within 1..32, the first no larger than the second."""
+    counts: list[int | None] = []
+    for name, text in (("min_speakers", low), ("max_speakers", high)):
+        if not text:
+            counts.append(None)
+            continue
+        if not text.isdigit() or not 1 <= int(text) <= MAX_SPEAKERS:
+            raise FileApiError(400, f"{name} must be a whole number within 1..{MAX_SPEAKERS}", name)
+        counts.append(int(text))
+    least, most = counts
+    if least is not None and most is not None and least > most:
+        raise FileApiError(400, "min_speakers must not be above max_speakers", "min_speakers")
+    return least, most
 
 
 def known_speakers(fields: Mapping[str, Sequence[str]]) -> tuple[tuple[str, bytes], ...]:

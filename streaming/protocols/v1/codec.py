@@ -80,6 +80,7 @@ class StartMessage:
     end_silence_ms: int | None = None  # the pause that ends an utterance; None: the server's
     diarize: bool | None = None  # label who spoke; None: the server's --diarize
     max_speakers: int | None = None  # at most this many speakers told apart
+    min_speakers: int | None = None  # at least this many (where clustered at the end)
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
@@ -103,6 +104,7 @@ class StartMessage:
             commit=self.commit,
             diarize=self.diarize,
             max_speakers=self.max_speakers,
+            min_speakers=self.min_speakers,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -152,6 +154,7 @@ START_FIELDS: Mapping[str, type] = {
     "end_silence_ms": int,
     "diarize": bool,
     "max_speakers": int,
+    "min_speakers": int,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,

@@ -212,3 +212,18 @@ def test_bad_known_speakers_are_400_naming_the_field(
         parse_fields(fields)
     assert caught.value.status == 400 and caught.value.param == param
     assert fragment in caught.value.message
+
+
+def test_speaker_counts_are_this_servers_own_fields() -> None:
+    job = parse_fields({"model": ["m"], "min_speakers": ["2"], "max_speakers": ["3"]})
+    assert (job.min_speakers, job.max_speakers) == (2, 3) and job.diarize is True
+    assert parse_fields({"model": ["m"]}).min_speakers is None
+    for fields, param in (
+        ({"min_speakers": ["0"]}, "min_speakers"),
+        ({"max_speakers": ["two"]}, "max_speakers"),
+        ({"max_speakers": ["33"]}, "max_speakers"),
+        ({"min_speakers": ["3"], "max_speakers": ["2"]}, "min_speakers"),
+    ):
+        with pytest.raises(FileApiError) as caught:
+            parse_fields({"model": ["m"], **fields})
+        assert caught.value.status == 400 and caught.value.param == param

@@ -286,7 +286,17 @@ def test_diarize_and_max_speakers_are_stream_options() -> None:
     assert msg.to_dict()["diarize"] is True
     plain = parse_client_text('{"type":"start"}')
     assert isinstance(plain, StartMessage) and plain.to_command().options.diarize is None
-    for bad in ('"max_speakers":0', '"max_speakers":33', '"max_speakers":"2"', '"diarize":1'):
+    both = parse_client_text('{"type":"start","diarize":true,"min_speakers":2,"max_speakers":3}')
+    assert isinstance(both, StartMessage) and both.to_command().options.min_speakers == 2
+    bad_ones = (
+        '"max_speakers":0',
+        '"max_speakers":33',
+        '"max_speakers":"2"',
+        '"diarize":1',
+        '"min_speakers":0',
+        '"min_speakers":4,"max_speakers":3',
+    )
+    for bad in bad_ones:
         with pytest.raises(InvalidFieldError):
             parse_client_text('{"type":"start",' + bad + "}")
 
