@@ -9,23 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming.speakers.online import OnlineSpeakers, SpeakerPolicy
-
-DIM = 256
-
-
-def voices(count: int, seed: int) -> np.ndarray:
-    """`count` random unit vectors: in 256 dimensions, nearly orthogonal."""
-    rng = np.random.default_rng(seed)
-    v = rng.standard_normal((count, DIM))
-    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
-    return out
-
-
-def utterance(voice: np.ndarray, rng: np.random.Generator, spread: float = 0.5) -> np.ndarray:
-    """An utterance of `voice`: its direction plus noise, about 0.8 cosine from it."""
-    v = voice + spread * rng.standard_normal(DIM) / np.sqrt(DIM)
-    out: np.ndarray = v / np.linalg.norm(v)
-    return out
+from tests.streaming.speakers.vectors import utterance, voices
 
 
 def test_one_voice_is_one_speaker() -> None:
