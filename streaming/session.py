@@ -277,7 +277,8 @@ class Session:
         utt = self._utts.get(req.utterance_id)
         if utt is None:
             return  # its final has gone out (or it was cleared): nothing to add
-        if result.speaker is not None:
+        # A voice too odd to embed (audio of huge or denormal values) labels nothing.
+        if result.speaker is not None and np.isfinite(result.speaker).all():
             end = req.start_sample + req.num_samples
             utt.voices[req.request_id] = Voice(req.start_sample, end, result.speaker)
         if utt.pieces is not None and utt.pieces.owns(req.request_id):

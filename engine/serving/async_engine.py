@@ -20,7 +20,12 @@ import numpy as np
 
 from engine.client import EngineSnapshot, open_channel
 from engine.decoding.recognizer import Recognizer, Utterance
-from engine.errors import BackendOutOfMemoryError, EngineError, RequestError
+from engine.errors import (
+    BackendOutOfMemoryError,
+    BackendUnavailableError,
+    EngineError,
+    RequestError,
+)
 from engine.serving.builder import EngineParts
 from engine.serving.device_metrics import DeviceMetrics
 from engine.serving.dispatch import DeviceLoad, by_least_loaded
@@ -345,6 +350,10 @@ class AsyncEngine:
             )
         except EngineError as exc:  # no speaker encoder: the requests that asked for one fail
             voices = exc
+        except Exception as exc:  # noqa: BLE001 - the encoder broke: only its requests fail
+            voices = BackendUnavailableError(
+                f"the speaker encoder failed: {type(exc).__name__}: {exc}"
+            )
         answers = [_answer(r, t, voices) for (r, _), t in zip(ready, transcripts, strict=True)]
         return _Done(results + answers, failed=False)
 

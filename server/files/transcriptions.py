@@ -152,23 +152,35 @@ def too_long(max_s: float) -> FileApiError:
 
 def reference_audio(data: bytes, index: int) -> np.ndarray:
     """A known speaker's reference clip as 16 kHz mono: 2 to 10 s of audio (as OpenAI's
-    API takes), else FileApiError 400 naming it."""
+    API takes), else FileApiError 400 naming it. Decoding stops past 10 s (by the
+    container's stated length, else by the chunk that passes it): a few MiB of a
+    well-compressed format could otherwise hold hours."""
     param = f"known_speaker_references[{index}]"
+    bounds = f"{REFERENCE_MIN_S:g} to {REFERENCE_MAX_S:g} s"
     try:
-        clip = FileAudio(io.BytesIO(data), name=param)  # a form field: 4 MiB at most
+        clip = FileAudio(io.BytesIO(data), REFERENCE_MAX_S, param)
+    except FileApiError as exc:
+        raise _reference_error(exc, param, bounds) from exc
+    try:
         chunks = []
         while (chunk := clip.read()) is not None:
             chunks.append(chunk)
-        clip.close()
     except FileApiError as exc:
-        raise FileApiError(400, f"{param} is not audio: {exc.message}", param) from exc
+        raise _reference_error(exc, param, bounds) from exc
+    finally:
+        clip.close()
     audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     seconds = audio.size / SAMPLE_RATE
     if not REFERENCE_MIN_S <= seconds <= REFERENCE_MAX_S:
-        bounds = f"{REFERENCE_MIN_S:g} to {REFERENCE_MAX_S:g} s"
         message = f"{param} must hold {bounds} of audio; it holds {seconds:.1f} s"
         raise FileApiError(400, message, param)
     return audio
+
+
+def _reference_error(exc: FileApiError, param: str, bounds: str) -> FileApiError:
+    if exc.status == 413:
+        return FileApiError(400, f"{param} must hold {bounds} of audio; it holds more", param)
+    return FileApiError(400, f"{param} is not audio: {exc.message}", param)
 
 
 def file_session_config(live: SessionConfig) -> SessionConfig:

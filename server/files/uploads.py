@@ -15,13 +15,14 @@ from typing import IO
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from streaming.protocols.openai.files import FileApiError
+from streaming.protocols.openai.files import MAX_KNOWN_SPEAKERS, FileApiError
 
 SPOOL_BYTES = 1 << 20  # a file part larger than this goes to disk
 MAX_FIELD_BYTES = 64 * 1024
 # A known speaker's reference clip comes as a data URL in a text field: up to 10 s of
 # audio, base64 (10 s of 48 kHz 16-bit stereo is 2.6 MB so).
 MAX_REFERENCE_BYTES = 4 * 1024 * 1024
+REFERENCES = "known_speaker_references"  # at most MAX_KNOWN_SPEAKERS such fields
 MAX_FIELDS = 32
 MAX_NAME_CHARS = 80  # of a filename quoted back in an error
 UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
@@ -107,7 +108,7 @@ class _Reader:
             self.upload.file_bytes += end - start
             return
         self._value += data[start:end]
-        big = self._name.startswith("known_speaker_references")
+        big = self._name.startswith(REFERENCES)
         if len(self._value) > (MAX_REFERENCE_BYTES if big else MAX_FIELD_BYTES):
             raise FileApiError(400, f"form field {self._name!r} is too long", self._name)
 
@@ -116,6 +117,11 @@ class _Reader:
             return
         if sum(len(v) for v in self.upload.fields.values()) >= MAX_FIELDS:
             raise FileApiError(400, "too many form fields")
+        if self._name.startswith(REFERENCES):
+            given = sum(len(v) for k, v in self.upload.fields.items() if k.startswith(REFERENCES))
+            if given >= MAX_KNOWN_SPEAKERS:
+                message = f"at most {MAX_KNOWN_SPEAKERS} known speakers"
+                raise FileApiError(400, message, self._name)
         value = self._value.decode("utf-8", "replace")
         self.upload.fields.setdefault(self._name, []).append(value)
 

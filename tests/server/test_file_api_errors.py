@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from server.engines.attach import RayUnreachableError, open_remote
 from server.engines.url import RayAddress
 from server.files.transcriptions import FileAudio, reference_audio
-from server.files.uploads import Upload
+from server.files.uploads import Upload, read_upload
 from server.main import main
 from streaming.protocols.openai.files import FileApiError
 from tests.server.inprocess import serving
@@ -261,3 +261,37 @@ def test_a_known_speakers_reference_is_2_to_10_s_of_audio_at_16_khz() -> None:
             reference_audio(data, 2)
         assert caught.value.status == 400 and fragment in caught.value.message
         assert caught.value.param == "known_speaker_references[2]"
+
+
+def test_a_long_reference_is_refused_by_its_stated_length_before_it_is_decoded() -> None:
+    buffer = io.BytesIO()
+    sf.write(buffer, np.zeros(8000 * 600, np.int16), 8000, format="FLAC")  # 10 min of quiet
+    assert len(buffer.getvalue()) < 4 << 20  # it fits a form field
+    with pytest.raises(FileApiError) as caught:
+        reference_audio(buffer.getvalue(), 0)
+    assert caught.value.status == 400 and "holds more" in caught.value.message
+
+
+def text_fields(fields: list[tuple[str, str]]) -> bytes:
+    """A multipart body of text fields (repeated names allowed) and a file, boundary `b`."""
+    parts = [
+        f'--b\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in fields
+    ]
+    audio = '--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n'
+    return ("".join(parts) + audio + "--b--\r\n").encode()
+
+
+async def one_chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def test_more_reference_fields_than_known_speakers_are_refused_as_they_arrive() -> None:
+    four = [("known_speaker_references[]", "data:,x")] * 4
+    kind = "multipart/form-data; boundary=b"
+    upload = asyncio.run(read_upload(kind, None, one_chunk(text_fields(four)), 1 << 30))
+    assert len(upload.fields["known_speaker_references[]"]) == 4
+    body = text_fields([*four, ("known_speaker_references[]", "data:,x")])
+    with pytest.raises(FileApiError) as caught:
+        asyncio.run(read_upload(kind, None, one_chunk(body), 1 << 30))
+    assert caught.value.status == 400 and "at most 4 known speakers" in caught.value.message

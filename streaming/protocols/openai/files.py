@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -113,6 +114,10 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
         )
         raise FileApiError(400, message, "language", "unsupported_language")
     granularities = _granularities(fields)
+    speakers = response_format == "diarized_json" or "known_speaker_names[]" in fields
+    if one("stream", "false").lower() == "true" and speakers:
+        message = "stream cannot be combined with speakers (diarized_json, known speakers)"
+        raise FileApiError(400, message, "stream")
     if granularities != {"segment"} and response_format != "verbose_json":
         message = "timestamp_granularities needs response_format verbose_json"
         raise FileApiError(400, message, "timestamp_granularities[]")
@@ -144,7 +149,7 @@ def speaker_counts(low: str, high: str) -> tuple[int | None, int | None]:
         if not text:
             counts.append(None)
             continue
-        if not text.isdigit() or not 1 <= int(text) <= MAX_SPEAKERS:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SPEAKERS:
             raise FileApiError(400, f"{name} must be a whole number within 1..{MAX_SPEAKERS}", name)
         counts.append(int(text))
     least, most = counts
@@ -168,8 +173,12 @@ def known_speakers(fields: Mapping[str, Sequence[str]]) -> tuple[tuple[str, byte
     if len(names) > MAX_KNOWN_SPEAKERS:
         message = f"at most {MAX_KNOWN_SPEAKERS} known speakers; got {len(names)}"
         raise FileApiError(400, message, "known_speaker_names[]")
-    if any(not 0 < len(n.strip()) <= 64 for n in names) or len(set(names)) != len(names):
+    names = [n.strip() for n in names]
+    if any(not 0 < len(n) <= 64 for n in names) or len(set(names)) != len(names):
         message = "each known speaker name must be 1 to 64 characters, and each name once"
+        raise FileApiError(400, message, "known_speaker_names[]")
+    if any(NUMBERED.fullmatch(n) for n in names):
+        message = "S1, S2, … are the server's own speaker labels: name known speakers otherwise"
         raise FileApiError(400, message, "known_speaker_names[]")
     return tuple(
         (n.strip(), data_url_bytes(r, f"{param[:-2]}[{i}]"))
@@ -251,16 +260,17 @@ def verbose(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) -
 
 def diarized(finals: Sequence[Final], duration_s: float) -> dict[str, Any]:
     """OpenAI's `diarized_json`: a segment per speaker turn of each utterance with text."""
+    # A known speaker keeps their name; the others are lettered in order, skipping any
+    # letters a known speaker is named.
+    known = {f.speaker for f in finals if f.speaker and not NUMBERED.fullmatch(f.speaker)}
+    letters = (name for k in itertools.count() if (name := _letters(k)) not in known)
     names: dict[str, str] = {}
     segments: list[dict[str, Any]] = []
     for final in (f for f in finals if f.transcript.text):
         for start, end, speaker, text in _turn_texts(final):
-            # A known speaker keeps their name; the others are lettered in order.
-            name = (
-                speaker
-                if not NUMBERED.fullmatch(speaker)
-                else names.setdefault(speaker, _letters(len(names)))
-            )
+            if NUMBERED.fullmatch(speaker) and speaker not in names:
+                names[speaker] = next(letters)
+            name = names.get(speaker, speaker)
             segments.append(
                 {
                     "type": "transcript.text.segment",

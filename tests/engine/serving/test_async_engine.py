@@ -329,3 +329,20 @@ def test_without_a_speaker_encoder_only_the_requests_that_ask_fail(
         asked.error_message or ""
     )
     assert plain.ok and plain.speaker is None
+
+
+class BrokenEncoder:
+    """A speaker encoder that fails as a library might (not an engine error)."""
+
+    def embed(self, utterances: Sequence[np.ndarray]) -> np.ndarray:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_a_failing_speaker_encoder_fails_only_the_requests_that_asked(
+    recognizer: Recognizer, speech_clips: list[Clip]
+) -> None:
+    broken = Recognizer(recognizer.model_dir, recognizer.backend, BrokenEncoder())
+    asked, plain = speaker_results(broken, [speech_clips[0].audio])
+    assert asked.error_code == "backend_unavailable"
+    assert "speaker encoder failed" in (asked.error_message or "")
+    assert plain.ok and plain.transcript is not None

@@ -169,3 +169,10 @@ def test_redacted_finals_still_name_their_speakers() -> None:
     redaction = Redaction(frozenset({Policy.NUMBERS}))
     events, _ = run(session(diarize=True, redaction=redaction), TURNS, 8.5)
     assert [f.speaker for f in finals(events)] == ["S1", "S2", "S1"]
+
+
+def test_a_voice_that_could_not_be_embedded_labels_nothing() -> None:
+    odd = np.full(256, np.nan, np.float32)
+    turns = [TURNS[0], (TURNS[1][0], odd), TURNS[2]]
+    events, _ = run(session(diarize=True), turns, 8.5)
+    assert [f.speaker for f in finals(events)] == ["S1", None, "S1"]

@@ -227,3 +227,28 @@ def test_speaker_counts_are_this_servers_own_fields() -> None:
         with pytest.raises(FileApiError) as caught:
             parse_fields({"model": ["m"], **fields})
         assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_speaker_names_and_counts_that_would_mislead_are_refused() -> None:
+    for fields, param in (
+        (
+            {"known_speaker_names[]": ["S1"], "known_speaker_references[]": ["data:,x"]},
+            "known_speaker_names[]",
+        ),
+        (
+            {"known_speaker_names[]": ["Al", "Al "], "known_speaker_references[]": ["data:,x"] * 2},
+            "known_speaker_names[]",
+        ),
+        ({"max_speakers": ["\u00b2"]}, "max_speakers"),
+        ({"response_format": ["diarized_json"], "stream": ["true"]}, "stream"),
+    ):
+        with pytest.raises(FileApiError) as caught:
+            parse_fields({"model": ["m"], **fields})
+        assert caught.value.status == 400 and caught.value.param == param, fields
+
+
+def test_letters_skip_a_known_speakers_name() -> None:
+    job = TranscriptionJob("m", response_format="diarized_json")
+    finals = [labelled(FINALS[0], "A"), labelled(FINALS[2], "S1")]
+    out = json.loads(render(job, finals, 9.0)[1])
+    assert [s["speaker"] for s in out["segments"]] == ["A", "B"]
