@@ -509,9 +509,7 @@ class Session:
             hotwords=merged_hotwords(own, self._config.hotwords),
             redact=redaction,
             commit=command.options.commit or self._config.commits.mode,
-            diarize=self._config.diarize
-            if command.options.diarize is None
-            else command.options.diarize,
+            diarize=_either(command.options.diarize, self._config.diarize),
         )
         self._options = options
         if options.diarize and self._speakers is None:
