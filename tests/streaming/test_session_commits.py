@@ -66,10 +66,13 @@ def run(
     rng: random.Random | None = None,
     spans: list[tuple[float, float]] = SPANS,
     total_s: float = TOTAL_S,
+    answer: Callable[[InferenceRequest], InferenceResult] | None = None,
 ) -> list[tuple[float, SessionEvent]]:
     """The audio at the pace of speech; each decode answered `delay_s` later (random
-    delays up to it, so out of order, with `rng`); then stop. Events with their times."""
+    delays up to it, so out of order, with `rng`) by `answer` (default: the bursts it
+    holds, named); then stop. Events with their times."""
     decode = burst_decoder(spans)
+    respond = answer or (lambda r: InferenceResult(r.ref, decode(r)))
     waiting: list[tuple[float, InferenceRequest]] = []
     out: list[tuple[float, SessionEvent]] = []
 
@@ -82,7 +85,7 @@ def run(
         if rng is not None:
             rng.shuffle(due)
         for _, r in due:
-            s.receive_result(InferenceResult(r.ref, decode(r)), now)
+            s.receive_result(respond(r), now)
         out.extend((now, e) for e in s.events_to_send())
 
     audio = to_s16le(tone_bursts(spans, total_s))

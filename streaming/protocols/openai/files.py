@@ -181,7 +181,7 @@ def known_speakers(fields: Mapping[str, Sequence[str]]) -> tuple[tuple[str, byte
         message = "S1, S2, … are the server's own speaker labels: name known speakers otherwise"
         raise FileApiError(400, message, "known_speaker_names[]")
     return tuple(
-        (n.strip(), data_url_bytes(r, f"{param[:-2]}[{i}]"))
+        (n, data_url_bytes(r, f"{param[:-2]}[{i}]"))
         for i, (n, r) in enumerate(zip(names, refs, strict=True))
     )
 

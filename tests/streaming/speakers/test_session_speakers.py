@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from engine.types import InferenceRequest, InferenceResult, RequestKind, Token, Transcript
 from streaming.audio.decoder import AudioFormat
-from streaming.commands import Audio, Configure, Stop, StreamOptions
+from streaming.commands import Configure, StreamOptions
 from streaming.events import Final, SessionEvent, SpeakerTurn
 from streaming.pieces.policy import CommitPolicy
 from streaming.redaction.policies import Policy, Redaction
@@ -25,8 +25,9 @@ from streaming.segmenter import SegmenterConfig
 from streaming.session import Session, SessionConfig
 from streaming.speakers.online import SpeakerPolicy
 from streaming.vad.types import VadConfig
-from tests.speech import chunks, to_s16le
-from tests.streaming.fakes import EnergyVadModel, tone_bursts
+from tests.streaming.fakes import EnergyVadModel
+from tests.streaming.test_session_commits import run as run_commits
+from tests.streaming.test_session_commits import spied
 
 SR = 16000
 A, B = np.eye(256, dtype=np.float32)[:2]
@@ -82,36 +83,13 @@ def run(
     total_s: float,
     rng: random.Random | None = None,
 ) -> tuple[list[SessionEvent], list[InferenceRequest]]:
-    """The audio at real pace; each request answered 0.2 s later (or after a random
-    delay, shuffled, with `rng`); then stop."""
-    answer = decoder(turns)
-    waiting: list[tuple[float, InferenceRequest]] = []
-    asked: list[InferenceRequest] = []
-    events: list[SessionEvent] = []
-
-    def step(now: float) -> None:
-        for r in s.requests_to_submit():
-            asked.append(r)
-            waiting.append((now + (0.2 if rng is None else rng.uniform(0, 1.5)), r))
-        due = [w for w in waiting if w[0] <= now]
-        waiting[:] = [w for w in waiting if w[0] > now]
-        if rng is not None:
-            rng.shuffle(due)
-        for _, r in due:
-            s.receive_result(answer(r), now)
-        events.extend(s.events_to_send())
-
-    now = 0.0
-    for frame in chunks(to_s16le(tone_bursts([span for span, _ in turns], total_s)), 3200):
-        now += len(frame) / (2 * SR)
-        s.handle(Audio(frame), now)
-        step(now)
-    s.handle(Stop(), now)
-    step(now)
-    while waiting:
-        now += 0.05
-        step(now)
-    return events, asked
+    """The audio at real pace; each request answered 0.2 s later (or after a random delay
+    up to 1.5 s, shuffled, with `rng`); then stop. The events, and every request."""
+    asked = spied(s)
+    spans = [span for span, _ in turns]
+    delay = 0.2 if rng is None else 1.5
+    timed = run_commits(s, 3200, delay, rng, spans, total_s, decoder(turns))
+    return [e for _, e in timed], asked
 
 
 def finals(events: list[SessionEvent]) -> list[Final]:
