@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +48,15 @@ class Hotword:
 class DecodeOptions:
     """Per-request prompts: language (or auto) and inverse text normalisation, and the
     hotwords its decoding favours (none: greedy decoding); `speaker`: also embed who is
-    speaking (engine.speakers), for speaker labels."""
+    speaking (engine.speakers), for speaker labels; `confidence`: also give each token
+    its log-probability and the utterance its chance of no speech (engine.decoding.confidence),
+    when the backend can score."""
 
     language: str = "auto"
     itn: bool = True
     hotwords: tuple[Hotword, ...] = ()
     speaker: bool = False
+    confidence: bool = False
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
@@ -65,20 +69,31 @@ class DecodeOptions:
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    """One decoded text token with its time span on the utterance's clock."""
+    """One decoded text token with its time span on the utterance's clock, and its
+    log-probability (natural log, at most 0) when confidence was asked for and scored."""
 
     id: int
     text: str
     start_ms: int
     end_ms: int
+    logprob: float | None = None
+
+    @property
+    def confidence(self) -> float | None:
+        """The token's probability, from 0 to 1 (None when not scored)."""
+        return None if self.logprob is None else math.exp(self.logprob)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "start_ms": self.start_ms, "end_ms": self.end_ms}
+        out: dict[str, Any] = {"text": self.text, "start_ms": self.start_ms, "end_ms": self.end_ms}
+        if self.logprob is not None:
+            out["logprob"] = self.logprob
+        return out
 
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
-    """A rich transcript: plain text, tags, timed tokens and funasr-style rich text."""
+    """A rich transcript: plain text, tags, timed tokens and funasr-style rich text, and,
+    when confidence was scored, the chance that the audio held no speech."""
 
     text: str
     lang: str
@@ -87,6 +102,7 @@ class Transcript:
     itn: bool
     rich_text: str
     tokens: tuple[Token, ...] = field(default_factory=tuple)
+    no_speech_prob: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,7 +113,7 @@ class Transcript:
             "itn": self.itn,
             "rich_text": self.rich_text,
             "tokens": [t.to_dict() for t in self.tokens],
-        }
+        } | ({} if self.no_speech_prob is None else {"no_speech_prob": self.no_speech_prob})
 
 
 class RequestKind(enum.Enum):

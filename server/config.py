@@ -261,6 +261,9 @@ class SessionSettings:
     # Label who spoke on every stream that does not say (v1 start.diarize); loads the
     # speaker encoder at start (without it, at the first stream that asks).
     diarize: bool = False
+    # Give each final's tokens and words their confidence, and the final its score, on
+    # every stream that does not say (engine.decoding.confidence); a stream may choose.
+    confidence: bool = True
     # Live sessions' VAD runs on a thread of its own (server/live/vad_pump.py), not the loop.
     # None: only when the engine runs on a GPU (measured: on 2 CPU cores the thread only
     # adds contention; on a 16-core GPU host it took 64 streams from failing to passing).
@@ -317,6 +320,7 @@ class SessionSettings:
             hotwords=() if self.hotwords_file is None else read_hotwords_file(self.hotwords_file),
             redaction=Redaction(parse_policies(self.redact or ""), self.redact_mask),
             diarize=self.diarize,
+            confidence=self.confidence,
         )
 
 
@@ -442,7 +446,9 @@ class ServerConfig:
     def engine_config(self, model: str, tuning_cache: Path | None) -> EngineConfig:
         config = self.engine.engine_config(model, self.session.max_segment_ms, tuning_cache)
         # With --diarize every stream needs the speaker encoder: loaded (and checked) at start.
-        return replace(config, speakers=True if self.session.diarize else None)
+        # With confidence on, the scored graph is made at start (else when a stream asks).
+        speakers = True if self.session.diarize else None
+        return replace(config, speakers=speakers, confidence=self.session.confidence)
 
     def worker_count(self, usable_cores: int) -> int:
         """How many worker processes: as set, or `auto`'s share of `usable_cores`."""

@@ -202,6 +202,11 @@ HELP: Mapping[str, str] = MappingProxyType(
             "not say; a stream may choose (v1 start.diarize). On loads the speaker encoder "
             "at start; off loads it when a stream first asks."
         ),
+        "confidence": (
+            "Give every final's tokens and words a confidence and the final a score, on "
+            "every stream that does not say (v1 start.confidence; OpenAI include logprobs). "
+            "On makes the scored graph at start (ONNX: exported once, on a thread)."
+        ),
         "vad_thread": (
             "Run live streams' VAD on a thread of its own, not the event loop; "
             "auto (unset, or auto in the environment or file): on when a local GPU decodes."

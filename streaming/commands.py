@@ -72,6 +72,8 @@ class StreamOptions:
     # At least this many speakers: used where a recording is clustered at its end (files);
     # labels given online cannot know the rest of the stream.
     min_speakers: int | None = None
+    # Tokens, words and the final carry how sure the model is (None: the server's choice).
+    confidence: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_speakers", "max_speakers"):

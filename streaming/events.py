@@ -6,10 +6,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.types import Transcript
+from engine.types import Token, Transcript
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import StreamOptions
 from streaming.redaction.apply import Span
+from streaming.words import Word, utterance_confidence, words_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,17 @@ class Final:
     # How like that speaker's voice so far it was (cosine; 1.0 where it opened the speaker).
     speaker_score: float | None = None
 
+    @property
+    def words(self) -> tuple[Word, ...]:
+        """The transcript's words, on the utterance's clock, with their confidence."""
+        return words_of(self.transcript.tokens)
+
+    @property
+    def confidence(self) -> float | None:
+        """How sure the model is of the whole final: its words' mean confidence (None
+        when nothing was scored)."""
+        return utterance_confidence(self.words)
+
 
 @dataclass(frozen=True, slots=True)
 class SpeakerTurn:
@@ -106,6 +118,9 @@ class Committed:
     start_ms: int  # the committed piece's audio, on the stream's clock
     end_ms: int
     text: str
+    # The piece's tokens, on its own clock (the first carries the joining space), with
+    # their log-probabilities when confidence was asked for (OpenAI Realtime's deltas).
+    tokens: tuple[Token, ...] = ()
     channel: int | None = None  # in a multichannel stream: which channel
 
 

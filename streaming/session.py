@@ -125,6 +125,8 @@ class SessionConfig:
     diarize: bool = False
     speakers: SpeakerPolicy = field(default_factory=SpeakerPolicy)
     keep_voices: bool = False
+    # Token, word and final confidence on every stream that does not say (`--confidence`).
+    confidence: bool = True
 
     def __post_init__(self) -> None:
         if self.early_final_ms < 0:
@@ -510,6 +512,7 @@ class Session:
             redact=redaction,
             commit=command.options.commit or self._config.commits.mode,
             diarize=_either(command.options.diarize, self._config.diarize),
+            confidence=_either(command.options.confidence, self._config.confidence),
         )
         self._options = options
         if options.diarize and self._speakers is None:
@@ -749,12 +752,13 @@ class Session:
             pieces.fail(req.request_id, result.error_code or "decode_failed", why)
         else:
             pieces.answer(req.request_id, result.transcript)
-        for start, end, text in pieces.commits():
+        for commit in pieces.commits():
             # Redaction decides on whole finals (a card read across pauses): with it on,
             # text is promised only by the final.
             if self._redactor is None:
-                ms = samples_to_ms
-                self._events.append(Committed(req.utterance_id, ms(start), ms(end), text))
+                start, end = samples_to_ms(commit.start), samples_to_ms(commit.end)
+                utt_id = req.utterance_id
+                self._events.append(Committed(utt_id, start, end, commit.text, commit.tokens))
         self._settle_pieces(req.utterance_id, utt, now)
 
     def _settle_pieces(self, utt_id: int, utt: _Utterance, now: float) -> None:
@@ -1013,9 +1017,16 @@ class Session:
 
     def _decode_options(self, kind: RequestKind) -> DecodeOptions:
         options = self._options
-        # Who spoke is asked of the decodes a final is made of, never of partials.
-        speaker = bool(options.diarize) and kind is not RequestKind.PARTIAL
-        return DecodeOptions(options.language, options.itn, options.hotwords, speaker)
+        # Who spoke, and how sure the model is, are asked of the decodes a final is made
+        # of, never of partials.
+        final = kind is not RequestKind.PARTIAL
+        return DecodeOptions(
+            options.language,
+            options.itn,
+            options.hotwords,
+            speaker=bool(options.diarize) and final,
+            confidence=bool(options.confidence) and final,
+        )
 
     def _toggle(self, name: str) -> bool:
         return bool(getattr(self._options, name))

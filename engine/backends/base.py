@@ -50,11 +50,11 @@ class AudioBackend(Backend, Protocol):
 @dataclass(frozen=True, slots=True)
 class ScoredFrames:
     """One item's argmax ids, as `run` returns them, and the best candidates of each of
-    its speech frames (after the prompt frames), for biased decoding."""
+    its frames (the four prompt frames first), for biased decoding and confidence."""
 
     ids: np.ndarray  # [T + 4] int32
-    topk_ids: np.ndarray  # [T, K] int32, best first
-    topk_logprobs: np.ndarray  # [T, K] float32 log-probabilities, renormalised over the K
+    topk_ids: np.ndarray  # [T + 4, K] int32, best first
+    topk_logprobs: np.ndarray  # [T + 4, K] float32 log-probabilities, renormalised over the K
 
 
 @runtime_checkable
@@ -63,6 +63,11 @@ class ScoringBackend(Backend, Protocol):
 
     def scoring_ready(self) -> bool:
         """Whether `run_scored` can run now (a backend may still be preparing for it)."""
+        ...
+
+    def wait_for_scoring(self, timeout: float) -> bool:
+        """Start preparing for `run_scored` if need be, and wait up to `timeout` seconds
+        for it; whether it can run."""
         ...
 
     def run_scored(

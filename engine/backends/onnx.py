@@ -15,14 +15,14 @@ from engine.backends.graph_cache import open_with_graph_cache
 from engine.errors import BackendOutOfMemoryError, BackendUnavailableError, EngineError
 from engine.features.fbank import pad_batch
 from engine.model.directory import ModelDir
-from engine.model.prompts import PROMPT_FRAMES, prompt_arrays
+from engine.model.prompts import prompt_arrays
 from engine.serving.devices import device_index
 from engine.types import DecodeOptions
 
 CPU_PRECISIONS = ("fp32", "int8")
 CUDA_PRECISIONS = ("fp32", "fp16")
 OUTPUT_NAMES = ("token_ids", "token_lens")
-#: The scored graph's extra outputs: each speech frame's best ids and log-probabilities.
+#: The scored graph's extra outputs: each frame's best ids and log-probabilities.
 SCORED_OUTPUT_NAMES = ("topk_ids", "topk_logprobs")
 # TensorRT builds one engine per shape profile; these cover 1-64 items of up to 30 s.
 TRT_MIN = "speech:1x1x560,speech_lengths:1,language:1,textnorm:1"
@@ -176,7 +176,7 @@ class OnnxBackend:
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
     ) -> list[ScoredFrames]:
-        """`run` with each speech frame's best candidates, from the scored graph."""
+        """`run` with each frame's best candidates, from the scored graph."""
         if audio:
             raise RuntimeError(f"{self._label} takes features, not audio")
         padded, lengths = pad_batch(inputs)
@@ -190,12 +190,11 @@ class OnnxBackend:
             if _is_out_of_memory(exc):
                 raise BackendOutOfMemoryError(f"{self._label}: {exc}") from exc
             raise
-        speech = [int(n) - PROMPT_FRAMES for n in lens]
         return [
             ScoredFrames(
                 np.asarray(ids[i, : int(lens[i])], dtype=np.int32),
-                np.asarray(top_ids[i, : speech[i]], dtype=np.int32),
-                np.asarray(top_lp[i, : speech[i]], dtype=np.float32),
+                np.asarray(top_ids[i, : int(lens[i])], dtype=np.int32),
+                np.asarray(top_lp[i, : int(lens[i])], dtype=np.float32),
             )
             for i in range(len(inputs))
         ]

@@ -67,7 +67,7 @@ def _export_fp32(model_dir: ModelDir, path: Path, scored: bool = False) -> None:
     outputs: tuple[str, ...] = OUTPUT_NAMES
     if scored:
         model, outputs = CtcTopK(argmax), OUTPUT_NAMES + SCORED_OUTPUT_NAMES
-        axes |= {name: {0: "batch", 1: "speech_frames"} for name in SCORED_OUTPUT_NAMES}
+        axes |= {name: {0: "batch", 1: "out_frames"} for name in SCORED_OUTPUT_NAMES}
     _atomic(
         path,
         lambda tmp: trace_to_onnx(

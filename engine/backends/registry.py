@@ -26,8 +26,9 @@ DEFAULT_GRAPH_FRAMES = 250
 #: The version of each exported graph (plain, scored), stamped beside the export: raise
 #: it when the graph the exporter writes changes, so an export made by older code is
 #: made again rather than served (a stale scored head once cost biased decoding a third
-#: of its speed). A stamp without a version is version 1.
-GRAPH_VERSIONS = {False: 1, True: 2}
+#: of its speed; version 3 scores the prompt frames too). A stamp without a version is
+#: version 1.
+GRAPH_VERSIONS = {False: 1, True: 3}
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from engine.features.device_fbank import DeviceFrontend
 from engine.features.fbank import Frontend, pad_batch
 from engine.model.directory import ModelDir
 from engine.model.network import FEATURE_DIM, CtcTopK, load_ctc_argmax
-from engine.model.prompts import PROMPT_FRAMES, prompt_arrays
+from engine.model.prompts import prompt_arrays
 from engine.types import DecodeOptions
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -169,21 +169,24 @@ class TorchBackend:
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
     ) -> list[ScoredFrames]:
-        """`run` (or `run_audio`) with each speech frame's best candidates, for biased
-        decoding; always eager (the graphs hold the argmax model only)."""
+        """`run` (or `run_audio`) with each frame's best candidates, for biased decoding
+        and confidence; always eager (the graphs hold the argmax model only)."""
         frontend = self._audio_frontend() if audio else None
         ids, lens, top_ids, top_lp = self._outputs_of(inputs, options, frontend, scored=True)
         return [
             ScoredFrames(
                 ids[i, : int(lens[i])].copy(),
-                top_ids[i, : int(lens[i]) - PROMPT_FRAMES].copy(),
-                top_lp[i, : int(lens[i]) - PROMPT_FRAMES].copy(),
+                top_ids[i, : int(lens[i])].copy(),
+                top_lp[i, : int(lens[i])].copy(),
             )
             for i in range(len(inputs))
         ]
 
     def scoring_ready(self) -> bool:
         """Always: the scored model shares the loaded weights."""
+        return True
+
+    def wait_for_scoring(self, timeout: float) -> bool:
         return True
 
     def _audio_frontend(self) -> DeviceFrontend:

@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.backends.base import AudioBackend, Backend, ScoredFrames, ScoringBackend
 from engine.decoding.beam_search import prefix_beam_search
+from engine.decoding.confidence import scores_of
 from engine.decoding.context_graph import ContextGraph
 from engine.decoding.ctc import CtcTokens, greedy_collapse
 from engine.decoding.hotwords import HotwordCompiler
@@ -17,7 +18,7 @@ from engine.errors import BackendUnavailableError, EngineError
 from engine.features.fbank import Frontend
 from engine.model.directory import ModelDir
 from engine.model.prompts import PROMPT_FRAMES
-from engine.model.tags import TagTable
+from engine.model.tags import TagTable, tag_piece
 from engine.model.tokenizer import Tokenizer
 from engine.speakers.encoder import Speakers
 from engine.types import SAMPLE_RATE, DecodeOptions, Transcript
@@ -55,11 +56,17 @@ class Recognizer:
         )
         self._scoring = backend if isinstance(backend, ScoringBackend) else None
         self.hotwords = HotwordCompiler(self.tokenizer)
+        self._nospeech_id = self.tokenizer.piece_to_id(tag_piece("nospeech"))
 
     @property
     def features_on_device(self) -> bool:
         """True when the backend computes features and `prepare` only checks the audio."""
         return self._audio_backend is not None
+
+    def prepare_scoring(self, timeout: float) -> bool:
+        """Make what confidence and hotwords need (the backend's scored graph) if it is
+        not ready, waiting up to `timeout` seconds; whether it is ready."""
+        return self._scoring is not None and self._scoring.wait_for_scoring(timeout)
 
     def prepare(self, audio: np.ndarray, options: DecodeOptions) -> Utterance:
         """Compute features (or check the audio for a backend that computes them); raises
@@ -83,12 +90,18 @@ class Recognizer:
     def decode(self, batch: Sequence[Utterance]) -> list[Transcript]:
         """Run one batch through the backend and decode every item."""
         outputs = self._run(batch)
-        return [
-            transcript_of(
-                self._tokens(u, out), self.tokenizer, self.tags, u.duration_ms, u.options.itn
-            )
-            for out, u in zip(outputs, batch, strict=True)
-        ]
+        return [self._transcript(u, out) for out, u in zip(outputs, batch, strict=True)]
+
+    def _transcript(self, utterance: Utterance, output: np.ndarray | ScoredFrames) -> Transcript:
+        """One item's transcript, scored when it asked for confidence and the run was."""
+        ctc = self._tokens(utterance, output)
+        scores = None
+        if utterance.options.confidence and isinstance(output, ScoredFrames):
+            scores = scores_of(ctc, output, self._nospeech_id)
+        itn = utterance.options.itn
+        return transcript_of(
+            ctc, self.tokenizer, self.tags, utterance.duration_ms, itn, scores=scores
+        )
 
     def speaker_vectors(self, audios: Sequence[np.ndarray]) -> np.ndarray:
         """Each audio's speaker embedding, in one batch; raises BackendUnavailableError
@@ -134,8 +147,9 @@ class Recognizer:
     def _run(self, batch: Sequence[Utterance]) -> Sequence[np.ndarray | ScoredFrames]:
         options = [u.options for u in batch]
         scoring = self._scoring
-        if scoring is not None and any(o.hotwords for o in options) and scoring.scoring_ready():
-            # One run for the whole batch: the items without hotwords read the same ids.
+        wants = any(o.hotwords or o.confidence for o in options)
+        if scoring is not None and wants and scoring.scoring_ready():
+            # One run for the whole batch: the items that asked for neither read the same ids.
             if self._audio_backend is not None:
                 audios = [_held(u.audio) for u in batch]
                 return scoring.run_scored(audios, options, audio=True)
@@ -149,8 +163,8 @@ def biased_tokens(output: ScoredFrames, graph: ContextGraph, beam: int) -> CtcTo
     """Tags greedily from the prompt frames, then the biased search over the speech."""
     tags = greedy_collapse(output.ids[:PROMPT_FRAMES])
     speech = prefix_beam_search(
-        output.topk_ids,
-        output.topk_logprobs,
+        output.topk_ids[PROMPT_FRAMES:],
+        output.topk_logprobs[PROMPT_FRAMES:],
         beam=beam,
         graph=graph,
         frame_offset=PROMPT_FRAMES,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy.typing as npt
 
+from engine.decoding.confidence import Scores
 from engine.decoding.ctc import CtcTokens, greedy_collapse
 from engine.decoding.rich_text import render_rich_text
 from engine.model.tags import TagKind, TagTable
@@ -31,8 +32,11 @@ def transcript_of(
     tags: TagTable,
     duration_ms: int,
     requested_itn: bool,
+    *,
+    scores: Scores | None = None,
 ) -> Transcript:
-    """Decoded tokens (greedy or searched) as text, tags, timed tokens and rich text."""
+    """Decoded tokens (greedy or searched) as text, tags, timed tokens and rich text; with
+    `scores`, each token's log-probability and the chance of no speech."""
     if duration_ms < 0:
         raise ValueError(f"duration_ms must be >= 0; got {duration_ms}")
     summary = tags.summarise(ctc.ids, requested_itn)
@@ -47,16 +51,23 @@ def transcript_of(
         # The tagged string as funasr's model would hand it to its postprocessor, less
         # reserved tags that funasr would print verbatim.
         rich_text=render_rich_text(tokenizer.decode(rich_ids)),
-        tokens=timed_tokens(ctc, tokenizer, tags, duration_ms),
+        tokens=timed_tokens(ctc, tokenizer, tags, duration_ms, scores),
+        no_speech_prob=None if scores is None else scores.no_speech_prob,
     )
 
 
 def timed_tokens(
-    ctc: CtcTokens, tokenizer: Tokenizer, tags: TagTable, duration_ms: int
+    ctc: CtcTokens,
+    tokenizer: Tokenizer,
+    tags: TagTable,
+    duration_ms: int,
+    scores: Scores | None = None,
 ) -> tuple[Token, ...]:
     """Text tokens (no tags, no control pieces) with their spans on the utterance clock."""
     tokens: list[Token] = []
-    for token_id, first, last in zip(ctc.ids, ctc.first_frame, ctc.last_frame, strict=True):
+    logprobs = scores.logprobs if scores is not None else (None,) * len(ctc.ids)
+    spans = zip(ctc.ids, ctc.first_frame, ctc.last_frame, logprobs, strict=True)
+    for token_id, first, last, logprob in spans:
         if tags.is_tag(token_id) or tokenizer.is_control(token_id):
             continue
         tokens.append(
@@ -66,6 +77,7 @@ def timed_tokens(
                 start_ms=frame_to_ms(first, duration_ms),
                 # A run's end is the end of its last frame.
                 end_ms=frame_to_ms(last + 1, duration_ms),
+                logprob=logprob,
             )
         )
     return tuple(tokens)

@@ -13,7 +13,6 @@ from torch import nn
 
 from engine.errors import WeightsMismatchError
 from engine.model.directory import ModelDir
-from engine.model.prompts import PROMPT_FRAMES
 
 FEATURE_DIM = 560
 #: Candidates per frame that biased decoding searches (CTC prefix beam search).
@@ -151,12 +150,13 @@ class CtcArgmax(nn.Module):
 
 
 class CtcTopK(nn.Module):
-    """`CtcArgmax`'s outputs plus each speech frame's `k` best candidates and their
+    """`CtcArgmax`'s outputs plus each frame's `k` best candidates and their
     log-probabilities (renormalised over the `k`).
 
-    For biased (hotword) decoding, which searches beyond the argmax: only k ids and their
-    log-probabilities per frame leave the device, and only for the frames after the four
-    prompt frames (whose tags are decoded greedily). It shares the argmax model's weights.
+    For biased (hotword) decoding, which searches beyond the argmax, and for confidence:
+    only k ids and their log-probabilities per frame leave the device. The four prompt
+    frames are included (their tags' posteriors give, e.g., the chance of no speech). It
+    shares the argmax model's weights.
     """
 
     def __init__(self, argmax: CtcArgmax, k: int = TOPK) -> None:
@@ -174,19 +174,17 @@ class CtcTopK(nn.Module):
         encoder_out, out_lens = self.argmax.encode(speech, speech_lengths, language, textnorm)
         logits = self.argmax.ctc_lo(encoder_out)
         # One pass over the 25k outputs: the best id of every frame is its first candidate
-        # (a separate argmax, and slicing off the prompt frames before the top-k, each
-        # cost the demo model as much as the top-k itself). In fp32, where half precision
-        # would blur the small differences the search ranks.
+        # (a separate argmax cost the demo model as much as the top-k itself). In fp32,
+        # where half precision would blur the small differences the search ranks.
         best = logits.float().topk(self.k, dim=-1)
         ids = best.indices[..., 0].to(torch.int32)
-        top_ids = best.indices[:, PROMPT_FRAMES:].to(torch.int32)
         # Log-probabilities renormalised over each frame's k candidates: every hypothesis
         # takes one candidate a frame, so a frame's normaliser shifts them all alike and
         # the search ranks them the same, without an exp for each of the 25k outputs (a
-        # log-softmax cost a third of the demo model's time).
-        top = best.values[:, PROMPT_FRAMES:]
-        values = top - top.logsumexp(dim=-1, keepdim=True)
-        return ids, out_lens.to(torch.int32), top_ids, values
+        # log-softmax cost a third of the demo model's time). A trained model leaves
+        # little mass outside its 8 best, so they serve as posteriors for confidence too.
+        values = best.values - best.values.logsumexp(dim=-1, keepdim=True)
+        return ids, out_lens.to(torch.int32), best.indices.to(torch.int32), values
 
 
 def _submodule(parent: nn.Module, name: str, kind: type[_M]) -> _M:

@@ -35,6 +35,7 @@ from server.http.responses import json_response, response
 from server.http.scopes import FILES_WRITE, INSUFFICIENT_SCOPE, challenge, scope_message
 from server.http.tenants import Tenant
 from streaming.events import Final
+from streaming.protocols.openai import logprobs
 from streaming.protocols.openai.files import (
     FileApiError,
     TranscriptionJob,
@@ -211,13 +212,17 @@ class FileApi:
         self, runner: FileJob, job: TranscriptionJob, duration_s: float
     ) -> AsyncGenerator[str, None]:
         finals: list[Final] = []
+        with_logprobs = logprobs.entries if job.logprobs else None
         try:
             async for final in runner.finals(job):
                 if final.transcript.text:
                     prefix = " " if finals else ""
+                    tokens = final.transcript.tokens
                     finals.append(final)
-                    yield sse_delta(prefix + final.transcript.text)
-            yield sse_done(full_text(finals), duration_s)
+                    entries = None if with_logprobs is None else with_logprobs(tokens, prefix)
+                    yield sse_delta(prefix + final.transcript.text, entries)
+            done = logprobs.of_finals(finals) if job.logprobs else None
+            yield sse_done(full_text(finals), duration_s, done)
         except FileApiError as exc:
             yield sse_error(exc)
 

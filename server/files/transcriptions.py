@@ -224,6 +224,7 @@ class FileJob:
             diarize=job.diarize,
             max_speakers=job.max_speakers,
             min_speakers=job.min_speakers,
+            confidence=job.confidence,
         )
         fmt = AudioFormat("pcm_f32le", SAMPLE_RATE, 1)
         try:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-from engine.types import Transcript
+from engine.types import Token, Transcript
 from streaming.pieces.joining import Decoded, composed, separator
+
+
+class CommittedPiece(NamedTuple):
+    """A committed piece: its samples, the text to append (with its separator), and its
+    tokens on the piece's clock (the first carrying that separator)."""
+
+    start: int
+    end: int
+    text: str
+    tokens: tuple[Token, ...] = ()
 
 
 @dataclass(slots=True)
@@ -81,9 +92,9 @@ class PieceTrack:
         if self.owns(request_id) and self.failure is None:
             self.failure = (code, message)
 
-    def commits(self) -> list[tuple[int, int, str]]:
-        """The committed pieces decoded since the last call, in order: (start, end, the
-        text to append, with its separator). None of the last piece: it is the final's."""
+    def commits(self) -> list[CommittedPiece]:
+        """The committed pieces decoded since the last call, in order. None of the last
+        piece: it is the final's."""
         out = []
         while self._announced < len(self._committed) and self.failure is None:
             piece = self._committed[self._announced]
@@ -94,7 +105,9 @@ class PieceTrack:
             self.committed_text += delta
             self._announced += 1
             if delta:
-                out.append((piece.start, piece.end, delta))
+                out.append(
+                    CommittedPiece(piece.start, piece.end, delta, _led(piece.transcript, delta))
+                )
         return out
 
     @property
@@ -110,3 +123,12 @@ class PieceTrack:
             if p.transcript is not None
         ]
         return composed(decoded, self.utt_start, itn)
+
+
+def _led(transcript: Transcript, delta: str) -> tuple[Token, ...]:
+    """The piece's tokens with the first one led by the delta's separator, as it is joined."""
+    tokens = transcript.tokens
+    if not tokens:
+        return ()
+    lead = delta[: len(delta) - len(transcript.text)]
+    return (replace(tokens[0], text=lead + tokens[0].text.lstrip(" ")), *tokens[1:])

@@ -32,19 +32,34 @@ def load_object(text: str | bytes, what: str = "text message") -> dict[str, Any]
 
 
 def stream_tokens(event: Final) -> list[dict[str, Any]]:
-    """The final's tokens with their times moved from the utterance's clock to the stream's."""
+    """The final's tokens with their times moved from the utterance's clock to the
+    stream's, and their confidence where they were scored."""
+    out = []
+    for tok in event.transcript.tokens:
+        start, end = event.start_ms + tok.start_ms, event.start_ms + tok.end_ms
+        entry: dict[str, Any] = {"text": tok.text, "start_ms": start, "end_ms": end}
+        out.append(_scored(entry, tok.confidence))
+    return out
+
+
+def stream_words(event: Final) -> list[dict[str, Any]]:
+    """The final's words on the stream's clock, with their confidence where scored."""
     return [
-        {
-            "text": tok.text,
-            "start_ms": event.start_ms + tok.start_ms,
-            "end_ms": event.start_ms + tok.end_ms,
-        }
-        for tok in event.transcript.tokens
+        _scored(
+            {
+                "text": w.text,
+                "start_ms": event.start_ms + w.start_ms,
+                "end_ms": event.start_ms + w.end_ms,
+            },
+            w.confidence,
+        )
+        for w in event.words
     ]
 
 
 def tag_fields(event: Final) -> dict[str, Any]:
-    """Emotion, event and timed tokens, each unless the client turned it off."""
+    """Emotion, event, timed tokens and words, each unless the client turned it off, and
+    the final's confidence where it was scored."""
     t = event.transcript
     out: dict[str, Any] = {}
     if event.show.get("emotion", True):
@@ -53,4 +68,11 @@ def tag_fields(event: Final) -> dict[str, Any]:
         out["event"] = t.event
     if event.show.get("timestamps", True):
         out["tokens"] = stream_tokens(event)
-    return out
+        out["words"] = stream_words(event)
+    return _scored(out, event.confidence)
+
+
+def _scored(entry: dict[str, Any], confidence: float | None) -> dict[str, Any]:
+    if confidence is not None:
+        entry["confidence"] = round(confidence, 4)
+    return entry

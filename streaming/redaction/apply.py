@@ -92,9 +92,9 @@ def redact(
         spans.append(Span(f.policy, tokens[covered[0]].start_ms, tokens[covered[-1]].end_ms))
         lead = " " if tokens[covered[0]].text.startswith(" ") else ""
         shown = replacement(text[f.start : f.end], f.policy, mask)
-        new_tokens[covered[0]] = replace(tokens[covered[0]], id=REDACTED_ID, text=lead + shown)
+        new_tokens[covered[0]] = _hidden(tokens[covered[0]], lead + shown)
         for i in covered[1:]:
-            new_tokens[i] = replace(tokens[i], id=REDACTED_ID, text="")
+            new_tokens[i] = _hidden(tokens[i], "")
     return Redacted(redact_text(text, found, mask), tuple(new_tokens), tuple(spans))
 
 
@@ -106,7 +106,7 @@ def _scrubbed(token: Token, hidden: Sequence[str], policy: Policy, mask: bool) -
     if not spelled and not any(ch.isdigit() or ch == "@" for ch in body):
         return token
     lead = " " if token.text.startswith(" ") else ""
-    return replace(token, id=REDACTED_ID, text=lead + replacement(body, policy, mask))
+    return _hidden(token, lead + replacement(body, policy, mask))
 
 
 def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]] | None:
@@ -120,3 +120,9 @@ def _token_offsets(text: str, tokens: Sequence[Token]) -> list[tuple[int, int]] 
         offsets.append((max(0, at), max(0, at + len(t.text))))
         at += len(t.text)
     return offsets
+
+
+def _hidden(token: Token, text: str) -> Token:
+    """A token that shows `text` in place of what it said: no id and no log-probability,
+    either of which would tell what was redacted."""
+    return replace(token, id=REDACTED_ID, text=text, logprob=None)

@@ -53,7 +53,8 @@ def live(
             port = int(url.rsplit(":", 1)[1].split("/")[0])
             v1 = await run_session(url, to_s16le(speech), speed=50.0, headers=auth())
             answers = await asyncio.to_thread(ask_everything, port, wav)
-            return {"v1": [e["text"] for e in v1.of("final") if e["text"]], **answers}
+            finals = [e for e in v1.of("final") if e["text"]]
+            return {"v1": [e["text"] for e in finals], "v1_finals": finals, **answers}
 
     yield asyncio.run(scenario())
 
@@ -78,6 +79,10 @@ def ask_everything(port: int, wav: Path) -> dict[str, Any]:
             timestamp_granularities=["word", "segment"],
         )
     with wav.open("rb") as f:
+        out["logprobs"] = client.audio.transcriptions.create(
+            file=f, model="whisper-1", response_format="json", include=["logprobs"]
+        )
+    with wav.open("rb") as f:
         stream = client.audio.transcriptions.create(file=f, model="whisper-1", stream=True)
         out["stream"] = [
             (e.type, getattr(e, "delta", None) or getattr(e, "text", "")) for e in stream
@@ -93,6 +98,11 @@ def errors(client: OpenAI, port: int, wav: Path) -> dict[str, tuple[int, str | N
         "bad_language": {"file": wav.open("rb"), "language": "fr"},
         "not_audio": {"file": ("notes.wav", b"these are not samples" * 100)},
         "too_big": {"file": ("big.wav", b"\0" * (5 << 20))},
+        "logprobs_not_json": {
+            "file": wav.open("rb"),
+            "response_format": "verbose_json",
+            "include": ["logprobs"],
+        },
     }
     for name, kwargs in cases.items():
         try:
@@ -153,6 +163,24 @@ def test_verbose_json_has_segments_and_words_in_time_order(live: dict[str, Any])
     assert segments[0].start <= words[0].start and words[-1].end <= segments[-1].end + 0.01
 
 
+def test_include_logprobs_gives_tokens_that_join_to_the_text(live: dict[str, Any]) -> None:
+    answer = live["logprobs"]
+    assert answer.text == " ".join(live["v1"]) and answer.logprobs
+    assert "".join(lp.token for lp in answer.logprobs) == answer.text
+    assert all(lp.logprob is not None and lp.logprob <= 0 for lp in answer.logprobs)
+    assert all(bytes(int(b) for b in lp.bytes) == lp.token.encode() for lp in answer.logprobs)
+    assert live["json"].logprobs is None  # only when included
+
+
+def test_scores_are_real_in_verbose_json_and_v1(live: dict[str, Any]) -> None:
+    segments = live["verbose"].segments
+    assert all(s.avg_logprob < 0 and 0 <= s.no_speech_prob <= 1 for s in segments)
+    for final in live["v1_finals"]:  # the server scores every final by default
+        assert 0 < final["confidence"] <= 1
+        assert all(0 < w["confidence"] <= 1 for w in final["words"])
+        assert min(w["confidence"] for w in final["words"]) <= final["confidence"]
+
+
 def test_streaming_sends_deltas_then_done(live: dict[str, Any]) -> None:
     events = live["stream"]
     kinds = [kind for kind, _ in events]
@@ -170,3 +198,4 @@ def test_bad_requests_get_openai_error_objects(live: dict[str, Any]) -> None:
     assert errors["too_big"] == (413, "file")
     assert errors["no_key"] == (401, None)
     assert errors["not_multipart"] == (415, "file")
+    assert errors["logprobs_not_json"] == (400, "include[]")

@@ -235,6 +235,7 @@ def test_ga_manual_commits_transcribe_exactly_the_committed_audio(
         "type": "transcription",
         # 16 kHz: an extension to OpenAI's 24 kHz, so the server hears these very samples.
         "audio": {"input": {"format": {"type": "audio/pcm", "rate": SR}, "turn_detection": None}},
+        "include": ["item.input_audio_transcription.logprobs"],
     }
 
     async def scenario() -> list[Any]:
@@ -258,6 +259,9 @@ def test_ga_manual_commits_transcribe_exactly_the_committed_audio(
     offline = recognizer.decode([recognizer.prepare(heard, DecodeOptions())])[0].text
     assert final.transcript == offline
     assert final.model_extra["sensevoice"]["end_ms"] == len(heard) * 1000 // SR
+    # The session includes logprobs: one a token, joining to the transcript.
+    assert final.logprobs and "".join(lp.token for lp in final.logprobs) == final.transcript
+    assert all(lp.logprob is not None and lp.logprob <= 0 for lp in final.logprobs)
     (error,) = of(events, "error")
     assert error.error.code == "input_audio_buffer_commit_empty"
     assert error.error.event_id == "c2" and error.error.type == "invalid_request_error"
@@ -310,6 +314,7 @@ def test_beta_dialect_session_with_prefix_padding(
     ends = [f.model_extra["sensevoice"]["end_ms"] for f in finals]
     assert starts == [e["start_ms"] - 200 for e in expected]
     assert ends == [e["end_ms"] for e in expected]
+    assert all(f.logprobs is None for f in finals)  # the session did not include them
     check_items(events)
 
 

@@ -39,6 +39,7 @@ from engine.decoding.hotwords import hotword_text
 from engine.decoding.recognizer import BEAM, Recognizer, Utterance, biased_tokens
 from engine.decoding.transcript import transcript_of
 from engine.model.directory import load_model_dir
+from engine.model.prompts import PROMPT_FRAMES
 from engine.types import DEFAULT_HOTWORD_BOOST, DecodeOptions, Hotword
 from tools.bench.capacity.corpus import default_speech_dir
 from tools.bench.common.cli import add_json, parser_for
@@ -328,7 +329,7 @@ def phrase_in_topk(bench: Bench, item: Item) -> bool:
     wanted = bench.recognizer.tokenizer.encode(hotword_text(phrase, itn=True))
     output = scored(bench, item, bench.options(None))
     found = 0
-    for candidates in output.topk_ids.tolist():
+    for candidates in output.topk_ids[PROMPT_FRAMES:].tolist():
         if found < len(wanted) and wanted[found] in candidates:
             found += 1
     return found == len(wanted)

@@ -4,8 +4,10 @@ A final goes to the client as an `event` message with one entity of type `transc
 its `channelId` (the index of its channel in the media `opened` chose), `isFinal`,
 `offset` and `duration` (positions on AudioHook's timeline), and one alternative whose
 `display` interpretation holds the text and its words, each with its own offset and
-duration. SenseVoice reports no confidence; the field is required (0 to 1), so every
-transcript and word says 1.0. Languages are BCP 47 tags, as Genesys names them.
+duration. Confidence (required, 0 to 1) is the engine's: each word's, and the
+transcript's mean over its words; where nothing was scored (the server's
+`--no-confidence`, or a decode before the scored graph was ready) it says 1.0, and a
+redacted word takes the transcript's. Languages are BCP 47 tags, as Genesys names them.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from streaming.events import Final as FinalEvent
 from streaming.protocols.audiohook.messages import format_duration
 from streaming.protocols.openai.files import words
 
-#: The model gives no confidence; AudioHook requires one.
-CONFIDENCE: Final = 1.0
+#: What a transcript or word says where nothing was scored: AudioHook requires a value.
+UNSCORED: Final = 1.0
 #: What `opened` lists when asked (`supportedLanguages`): SenseVoice's languages, in the
 #: regional forms Genesys names them by (any English accent is English to the model).
 SUPPORTED_LANGUAGES: Final = (
@@ -90,7 +92,8 @@ def transcript_entity(
     display: dict[str, Any] = {"type": "display", "transcript": final.transcript.text.strip()}
     if with_words:
         display["tokens"] = _word_tokens(final, position_ms, language)
-    alternative: dict[str, Any] = {"confidence": CONFIDENCE}
+    overall = final.confidence
+    alternative: dict[str, Any] = {"confidence": _value(overall, UNSCORED)}
     if language is not None:
         alternative["languages"] = [language]
     alternative["interpretations"] = [display]
@@ -109,13 +112,14 @@ def _word_tokens(
     final: FinalEvent, position_ms: Callable[[int], int], language: str | None
 ) -> list[dict[str, Any]]:
     tokens = []
+    overall = final.confidence
     for word in words(final):  # times in seconds, on the stream's clock
         start = position_ms(round(word["start"] * 1000))
         end = max(start, position_ms(round(word["end"] * 1000)))
         token: dict[str, Any] = {
             "type": "word",
             "value": word["word"],
-            "confidence": CONFIDENCE,
+            "confidence": _value(word.get("confidence"), overall, UNSCORED),
             "offset": format_duration(start),
             "duration": format_duration(end - start),
         }
@@ -123,3 +127,9 @@ def _word_tokens(
             token["language"] = language
         tokens.append(token)
     return tokens
+
+
+def _value(*choices: float | None) -> float:
+    """The first known of `choices` (the last is always known), within 0..1, rounded."""
+    known = next(c for c in choices if c is not None)
+    return round(min(max(known, 0.0), 1.0), 4)

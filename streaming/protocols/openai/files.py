@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from engine.types import Token
 from streaming.commands import CLIENT_LANGUAGES, prompt_hotwords
 from streaming.errors import InvalidFieldError
 from streaming.events import Final
+from streaming.protocols.openai import logprobs
 from streaming.redaction.apply import REDACTED_ID
 from streaming.speakers.labels import turn_index
 from streaming.speakers.online import MAX_SPEAKERS
+from streaming.words import words_of
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 GRANULARITIES = ("segment", "word")
@@ -85,6 +86,14 @@ class TranscriptionJob:
     # How many speakers there are, if the caller knows (this server's own fields).
     min_speakers: int | None = None
     max_speakers: int | None = None
+    # `include[]=logprobs`: each token's log-probability in `logprobs` (json, and events).
+    logprobs: bool = False
+
+    @property
+    def confidence(self) -> bool | None:
+        """Whether tokens must be scored: for logprobs, and verbose_json's `avg_logprob`
+        (None: the server's choice)."""
+        return True if self.logprobs or self.response_format == "verbose_json" else None
 
     @property
     def diarize(self) -> bool | None:
@@ -138,7 +147,22 @@ def parse_fields(fields: Mapping[str, Sequence[str]]) -> TranscriptionJob:
         stream == "true",
         known_speakers(fields),
         *speaker_counts(one("min_speakers"), one("max_speakers")),
+        logprobs=_includes_logprobs(fields, response_format),
     )
+
+
+def _includes_logprobs(fields: Mapping[str, Sequence[str]], response_format: str) -> bool:
+    """Whether `include[]` asks for logprobs; FileApiError (400) for anything else it
+    names, or logprobs with a format other than json (as OpenAI's API refuses)."""
+    asked = [*fields.get("include[]", ()), *fields.get("include", ())]
+    for value in asked:
+        if value.strip() != "logprobs":
+            message = f"include[] may only hold logprobs; got {value!r}"
+            raise FileApiError(400, message, "include[]", "invalid_value")
+    if asked and response_format != "json":
+        message = "include[]=logprobs needs response_format json"
+        raise FileApiError(400, message, "include[]")
+    return bool(asked)
 
 
 def speaker_counts(low: str, high: str) -> tuple[int | None, int | None]:
@@ -230,7 +254,10 @@ def render(job: TranscriptionJob, finals: Sequence[Final], duration_s: float) ->
     elif fmt == "diarized_json":
         body = _json(diarized(finals, duration_s))
     else:
-        body = _json({"text": full_text(finals), "usage": usage(duration_s)})
+        out: dict[str, Any] = {"text": full_text(finals)}
+        if job.logprobs:
+            out["logprobs"] = logprobs.of_finals(finals)
+        body = _json(out | {"usage": usage(duration_s)})
     return CONTENT_TYPES[fmt], body
 
 
@@ -327,35 +354,23 @@ def segment(index: int, final: Final) -> dict[str, Any]:
         # A redacted token has no id to give (its own would spell what was redacted).
         "tokens": [t.id for t in final.transcript.tokens if t.id != REDACTED_ID],
         "temperature": 0.0,
-        "avg_logprob": 0.0,
+        "avg_logprob": logprobs.average(final.transcript.tokens),
         "compression_ratio": 0.0,
-        "no_speech_prob": 0.0,
+        "no_speech_prob": round(final.transcript.no_speech_prob or 0.0, 6),
     } | ({"speaker": final.speaker} if final.speaker is not None else {})
 
 
 def words(final: Final) -> list[dict[str, Any]]:
-    """Tokens joined into words (a leading space starts one; CJK characters stand alone)."""
+    """Tokens joined into words, on the stream's clock, each with its confidence when
+    it was scored (an extra key SDKs ignore)."""
     out: list[dict[str, Any]] = []
-    for token in final.transcript.tokens:
-        text = token.text.strip()
-        if not text:
-            continue
-        start, end = final.start_ms + token.start_ms, final.start_ms + token.end_ms
-        if out and not _starts_word(token):
-            out[-1]["word"] += text
-            out[-1]["end"] = end / 1000
-        else:
-            out.append({"word": text, "start": start / 1000, "end": end / 1000})
+    for word in words_of(final.transcript.tokens):
+        start, end = final.start_ms + word.start_ms, final.start_ms + word.end_ms
+        entry: dict[str, Any] = {"word": word.text, "start": start / 1000, "end": end / 1000}
+        if word.confidence is not None:
+            entry["confidence"] = round(word.confidence, 4)
+        out.append(entry)
     return out
-
-
-def _starts_word(token: Token) -> bool:
-    first = token.text[:1]
-    return first.isspace() or _is_cjk(token.text.strip()[:1])
-
-
-def _is_cjk(char: str) -> bool:
-    return bool(char) and (0x3000 <= ord(char) <= 0x9FFF or 0xAC00 <= ord(char) <= 0xD7AF)
 
 
 def extras(final: Final) -> dict[str, Any]:
@@ -399,13 +414,17 @@ def _clock(ms: int, srt: bool) -> str:
     return f"{hours:02d}:{minutes:02d}:{seconds:02d}{sep}{millis:03d}"
 
 
-def sse_delta(text: str) -> str:
-    """One `transcript.text.delta` server-sent event."""
-    return _sse({"type": "transcript.text.delta", "delta": text})
+def sse_delta(text: str, entries: list[dict[str, Any]] | None = None) -> str:
+    """One `transcript.text.delta` server-sent event (with its tokens' `logprobs`)."""
+    extra = {} if entries is None else {"logprobs": entries}
+    return _sse({"type": "transcript.text.delta", "delta": text} | extra)
 
 
-def sse_done(text: str, duration_s: float) -> str:
-    return _sse({"type": "transcript.text.done", "text": text, "usage": usage(duration_s)})
+def sse_done(text: str, duration_s: float, entries: list[dict[str, Any]] | None = None) -> str:
+    extra = {} if entries is None else {"logprobs": entries}
+    return _sse(
+        {"type": "transcript.text.done", "text": text} | extra | {"usage": usage(duration_s)}
+    )
 
 
 def sse_error(error: FileApiError) -> str:

@@ -59,6 +59,7 @@ from streaming.events import (
 from streaming.limits import SessionLimits
 from streaming.pins import Pins
 from streaming.protocols.base import Frame, Handshake
+from streaming.protocols.openai import logprobs
 from streaming.protocols.openai.fields import (
     LockedSettingError,
     RealtimeFieldError,
@@ -162,6 +163,7 @@ class OpenAIRealtimeCodec:
         self._errors: deque[_ErrorNote] = deque(maxlen=64)
         self._announced = False
         self._vad = True
+        self._logprobs = False  # the session includes the tokens' log-probabilities
         self._sent: dict[int, str] = {}  # per utterance, the text its deltas carried
         self._last_item: str | None = None
 
@@ -307,7 +309,8 @@ class OpenAIRealtimeCodec:
             case Committed():
                 # Committed text is the final's beginning: it goes out as a delta at once.
                 self._sent[event.utt_id] = self._sent.get(event.utt_id, "") + event.text
-                return (self._delta_frame(event.utt_id, event.text),)
+                entries = logprobs.entries(event.tokens, lead=None)  # they carry the space
+                return (self._delta_frame(event.utt_id, event.text, entries),)
             case Final():
                 return self._completed(event)
             case Failed():
@@ -333,6 +336,7 @@ class OpenAIRealtimeCodec:
             self._updates.popleft() if self._updates else (self._dialect, self._settings)
         )
         self._vad = event.options.turns.vad
+        self._logprobs = settings.logprobs
         verb = "updated" if self._announced else "created"
         self._announced = True
         session_id = f"sess_{event.session_id}"
@@ -365,10 +369,15 @@ class OpenAIRealtimeCodec:
         self._sent[event.utt_id] = stable
         return (self._delta_frame(event.utt_id, stable[len(sent) :]),)
 
-    def _delta_frame(self, utt_id: int, delta: str) -> str:
+    def _delta_frame(
+        self, utt_id: int, delta: str, entries: list[dict[str, Any]] | None = None
+    ) -> str:
+        """A delta, with its tokens' log-probabilities where the session includes them
+        and they are known (a partial's are not: partials are never scored)."""
         item = self._item(utt_id)
         kind = f"{TRANSCRIPT}.delta"
-        return self._frame(kind, item_id=item, content_index=0, delta=delta, logprobs=None)
+        lp = entries if self._logprobs and entries else None
+        return self._frame(kind, item_id=item, content_index=0, delta=delta, logprobs=lp)
 
     def _completed(self, event: Final) -> Sequence[Frame]:
         text_ = event.transcript.text
@@ -377,7 +386,8 @@ class OpenAIRealtimeCodec:
         # When the final extends what the deltas said, a last delta completes it, so the
         # deltas of an item add up to its transcript whenever no earlier text was revised.
         if len(text_) > len(sent) and text_.startswith(sent):
-            frames.append(self._delta_frame(event.utt_id, text_[len(sent) :]))
+            rest = logprobs.after(event, len(sent))
+            frames.append(self._delta_frame(event.utt_id, text_[len(sent) :], rest))
         seconds = round((event.end_ms - event.start_ms) / 1000, 3)
         frames.append(
             self._frame(
@@ -386,7 +396,7 @@ class OpenAIRealtimeCodec:
                 content_index=0,
                 transcript=text_,
                 usage={"type": "duration", "seconds": seconds},
-                logprobs=None,
+                logprobs=logprobs.entries(event.transcript.tokens) if self._logprobs else None,
                 sensevoice=sensevoice_fields(event),
             )
         )

@@ -109,6 +109,11 @@ class RealtimeSettings:
         return AudioFormat(self.encoding, self.sample_rate, 1)
 
     @property
+    def logprobs(self) -> bool:
+        """Whether deltas and `completed` carry each token's log-probability."""
+        return INCLUDE_VALUES[0] in self.include
+
+    @property
     def turns(self) -> TurnDetection:
         vad = self.turn_detection
         return TurnDetection(vad=False) if vad is None else vad.turns
@@ -125,6 +130,7 @@ class RealtimeSettings:
             # Keywords, and a prompt that lists phrases (free text is no hotword list).
             hotwords=hotwords_from([*t.keywords, *prompt_keywords(t.prompt)]),
             prompt=t.prompt,
+            confidence=True if self.logprobs else None,
         )
         return Configure(self.audio, options)
 

@@ -81,6 +81,7 @@ class StartMessage:
     diarize: bool | None = None  # label who spoke; None: the server's --diarize
     max_speakers: int | None = None  # at most this many speakers told apart
     min_speakers: int | None = None  # at least this many (where clustered at the end)
+    confidence: bool | None = None  # tokens, words and finals scored; None: --confidence
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in START_FIELDS}
@@ -105,6 +106,7 @@ class StartMessage:
             diarize=self.diarize,
             max_speakers=self.max_speakers,
             min_speakers=self.min_speakers,
+            confidence=self.confidence,
         )
         audio = AudioFormat(self.encoding, self.sample_rate, self.channels)
         return Configure(audio, options, self.labels(), self.stream_id, self.webhook_url)
@@ -155,6 +157,7 @@ START_FIELDS: Mapping[str, type] = {
     "diarize": bool,
     "max_speakers": int,
     "min_speakers": int,
+    "confidence": bool,
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -309,7 +312,7 @@ def _final_fields(event: Final) -> dict[str, Any]:
 
 def _speaker_fields(event: Final, out: dict[str, Any]) -> dict[str, Any]:
     """Who spoke (with diarization): the final's speaker; where it changes within the
-    utterance, each turn and each token's speaker too."""
+    utterance, each turn and each token's and word's speaker too."""
     if event.speaker is None:
         return out
     out["speaker"] = event.speaker
@@ -318,8 +321,8 @@ def _speaker_fields(event: Final, out: dict[str, Any]) -> dict[str, Any]:
         out["speakers"] = [
             {"speaker": t.speaker, "start_ms": t.start_ms, "end_ms": t.end_ms} for t in turns
         ]
-        for token in out.get("tokens", []):
-            token["speaker"] = turn_at(turns, (token["start_ms"] + token["end_ms"]) // 2)
+        for unit in (*out.get("tokens", []), *out.get("words", [])):
+            unit["speaker"] = turn_at(turns, (unit["start_ms"] + unit["end_ms"]) // 2)
     return out
 
 

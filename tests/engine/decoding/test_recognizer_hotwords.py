@@ -50,8 +50,13 @@ class PlantedBackend:
             t = 2 * k + 1
             top_ids[t, :3] = (decoy, token, 0)
             top_lp[t, :3] = (-0.5, -1.2, -2.0)
-        ids = np.concatenate([np.zeros(PROMPT_FRAMES, np.int32), top_ids[:, 0]])
-        return ScoredFrames(ids, top_ids, top_lp)
+        # The prompt frames come first: a tag-free blank each, as sure as can be.
+        prompt_ids = np.tile(np.arange(TOPK, dtype=np.int32) + 20000, (PROMPT_FRAMES, 1))
+        prompt_ids[:, 0] = 0
+        prompt_lp = np.full((PROMPT_FRAMES, TOPK), -30.0, np.float32)
+        prompt_lp[:, 0] = 0.0
+        top_ids, top_lp = np.concatenate([prompt_ids, top_ids]), np.concatenate([prompt_lp, top_lp])
+        return ScoredFrames(top_ids[:, 0].copy(), top_ids, top_lp)
 
     def run(
         self, feats: Sequence[np.ndarray], options: Sequence[DecodeOptions]
@@ -59,6 +64,9 @@ class PlantedBackend:
         return [self._frames(f.shape[0]).ids for f in feats]
 
     def scoring_ready(self) -> bool:
+        return self.ready
+
+    def wait_for_scoring(self, timeout: float) -> bool:
         return self.ready
 
     def run_scored(
@@ -125,11 +133,12 @@ def test_the_scored_run_agrees_with_the_plain_one(
     scored = real.run_scored(feats, [u.options for u in utts], audio=False)  # type: ignore[attr-defined]
     for ids, out, f in zip(plain, scored, feats, strict=True):
         np.testing.assert_array_equal(out.ids, ids)
-        assert out.topk_ids.shape == out.topk_logprobs.shape == (f.shape[0], TOPK)
+        frames = f.shape[0] + PROMPT_FRAMES  # the prompt frames are scored too
+        assert out.topk_ids.shape == out.topk_logprobs.shape == (frames, TOPK)
         assert (np.diff(out.topk_logprobs, axis=1) <= 0).all() and (out.topk_logprobs <= 0).all()
         # The best candidate is the argmax, wherever the two best are not a near tie.
         clear = out.topk_logprobs[:, 0] - out.topk_logprobs[:, 1] > 1e-4
-        np.testing.assert_array_equal(out.topk_ids[clear, 0], ids[PROMPT_FRAMES:][clear])
+        np.testing.assert_array_equal(out.topk_ids[clear, 0], ids[clear])
 
 
 def test_until_the_backend_can_score_hotwords_decode_greedily(

@@ -197,3 +197,43 @@ def test_graph_buckets_reach_the_cost_model_and_calibration_runs_eagerly(
     assert device.features_on_device and device.graph_buckets == len(plan.buckets)
     # Calibration measured eager peaks: no batch replayed a bucket during the build.
     assert graphs.stats.eager >= 1 and graphs.stats.replayed == 0
+
+
+@pytest.mark.parametrize("confidence", [True, False])
+def test_with_confidence_on_the_scored_graph_is_made_after_calibration_before_serving(
+    tiny_model_dir: Path, confidence: bool
+) -> None:
+    from engine.backends.onnx import OnnxBackend
+    from engine.backends.registry import create_backend
+
+    asked: list[bool] = []  # whether calibration had run when scoring was first asked for
+
+    def open_backend(model_dir: ModelDir, options: BackendOptions) -> OnnxBackend:
+        backend = create_backend(model_dir, options)
+        assert isinstance(backend, OnnxBackend)
+        run, wait = backend.run, backend.wait_for_scoring
+        calls: list[int] = []
+
+        def counted_run(*args: object) -> list[np.ndarray]:
+            calls.append(1)
+            return run(*args)  # type: ignore[arg-type]
+
+        def noted_wait(timeout: float) -> bool:
+            asked.append(bool(calls))
+            return wait(timeout)
+
+        backend.run = counted_run  # type: ignore[method-assign]
+        backend.wait_for_scoring = noted_wait  # type: ignore[method-assign]
+        return backend
+
+    config = EngineConfig(
+        model=str(tiny_model_dir),
+        backend=BackendOptions("onnx", "fp32"),
+        max_batch=1,
+        confidence=confidence,
+    )
+    parts = build_engine_parts(config, open_backend=open_backend)
+    assert asked[:1] == ([True] if confidence else [])
+    (recognizer,) = parts.recognizers
+    # Ready before the first request, or never asked for: the graph is made on first use.
+    assert recognizer.backend.scoring_ready() is confidence  # type: ignore[attr-defined]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine.types import Transcript
+from dataclasses import replace
+
+from engine.types import Token, Transcript
 from streaming.pieces.track import PieceTrack
 
 
@@ -17,7 +19,7 @@ def test_pieces_commit_in_order_whatever_order_their_decodes_come_in() -> None:
     track.answer(2, said("how are you?"))
     assert track.commits() == []  # the first is not back: nothing may go before it
     track.answer(1, said("Hello,"))
-    assert track.commits() == [(0, 8000, "Hello,"), (8000, 16000, " how are you?")]
+    assert [c[:3] for c in track.commits()] == [(0, 8000, "Hello,"), (8000, 16000, " how are you?")]
     assert track.commits() == [] and track.committed_text == "Hello, how are you?"
 
 
@@ -28,7 +30,7 @@ def test_the_final_is_the_committed_text_then_the_last_piece() -> None:
     track.close(20000, 2)
     assert not track.complete
     track.answer(2, said("fine."))
-    assert track.commits() == [(0, 8000, "Hello,")]  # the last piece is not committed
+    assert [c[:3] for c in track.commits()] == [(0, 8000, "Hello,")]  # not the last piece
     assert track.complete and track.transcript(True).text == "Hello, fine."
 
 
@@ -61,3 +63,17 @@ def test_a_piece_cut_at_a_pause_begins_where_speech_resumes_never_before_the_cut
     assert track.open_start == 30000
     track.cut(40000, 3, pause=None)  # a cut inside speech: no pause to skip
     assert track.paused_at is None
+
+
+def test_a_commit_carries_its_tokens_led_by_the_space_it_is_joined_with() -> None:
+    track = PieceTrack(0)
+    track.cut(8000, request_id=1, pause=None)
+    track.cut(16000, request_id=2, pause=None)
+    first = (Token(5, " Hello", 0, 300, logprob=-0.1), Token(6, ",", 300, 360, logprob=-0.7))
+    second = (Token(7, "how", 0, 200, logprob=-0.2), Token(8, " are", 200, 400))
+    track.answer(1, replace(said("Hello,"), tokens=first))
+    track.answer(2, replace(said("how are"), tokens=second))
+    one, two = track.commits()
+    assert "".join(t.text for t in one.tokens) == one.text == "Hello,"
+    assert "".join(t.text for t in two.tokens) == two.text == " how are"
+    assert [t.logprob for t in (*one.tokens, *two.tokens)] == [-0.1, -0.7, -0.2, None]

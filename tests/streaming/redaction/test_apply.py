@@ -3,6 +3,8 @@ token's text or its id (the tokenizer is public: an id is the piece it spells)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine.types import Token
 from streaming.redaction.apply import REDACTED_ID, redact
 from streaming.redaction.detect import Found
@@ -89,3 +91,13 @@ def test_nothing_found_in_tokens_that_do_not_spell_the_text_leaves_them_too() ->
     # Every final is redacted, most with nothing found: this one must not fail on digits.
     tokens = tokens_of((" <unk>", " 97", "543"))
     assert redact("⁇ 97543", tokens, [], False, (0, 300)).tokens == tokens
+
+
+def test_a_redacted_token_keeps_no_log_probability_and_the_others_keep_theirs() -> None:
+    # A value's token scores would tell a reader how sure the model was of the digits.
+    tokens = tuple(replace(t, logprob=-0.1 * (i + 1)) for i, t in enumerate(tokens_of(PIECES)))
+    text = "".join(PIECES).strip()
+    out = redact(text, tokens, [Found(*CARD_AT, Policy.PCI)], False, (0, 1700))
+    assert all(t.logprob is None for t in out.tokens if t.id == REDACTED_ID)
+    kept = [t.logprob for t in out.tokens if t.id != REDACTED_ID]
+    assert kept == [t.logprob for t in (*tokens[:4], tokens[-1])]

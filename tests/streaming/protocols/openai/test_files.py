@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,9 @@ from streaming.protocols.openai.files import (
     sse_error,
     words,
 )
+from streaming.redaction.apply import redact
+from streaming.redaction.detect import Found
+from streaming.redaction.policies import Policy
 
 
 def final(start_ms: int, end_ms: int, text: str, tokens: tuple[Token, ...] = ()) -> Final:
@@ -74,7 +79,7 @@ def test_fields_become_a_job_with_defaults() -> None:
         ({"model": ["m"], "prompt": [", ".join(f"w{i}" for i in range(1001))]}, "prompt"),
     ],
 )
-def test_bad_fields_are_400_with_the_param(fields: dict, param: str) -> None:
+def test_bad_fields_are_400_with_the_param(fields: dict[str, list[str]], param: str) -> None:
     with pytest.raises(FileApiError) as info:
         parse_fields(fields)
     assert info.value.status == 400 and info.value.param == param
@@ -252,3 +257,149 @@ def test_letters_skip_a_known_speakers_name() -> None:
     finals = [labelled(FINALS[0], "A"), labelled(FINALS[2], "S1")]
     out = json.loads(render(job, finals, 9.0)[1])
     assert [s["speaker"] for s in out["segments"]] == ["A", "B"]
+
+
+# ---- logprobs and confidence -------------------------------------------------------------
+
+
+def test_include_logprobs_is_taken_as_include_brackets_or_plain() -> None:
+    for name in ("include[]", "include"):
+        job = parse_fields({"model": ["m"], name: ["logprobs"]})
+        assert job.logprobs is True and job.confidence is True, name
+    streamed = parse_fields({"model": ["m"], "include[]": ["logprobs"], "stream": ["true"]})
+    assert streamed.logprobs and streamed.stream
+    plain = parse_fields({"model": ["m"]})
+    assert plain.logprobs is False and plain.confidence is None  # the server's choice
+    # verbose_json scores its segments (avg_logprob) without being asked.
+    assert parse_fields({"model": ["m"], "response_format": ["verbose_json"]}).confidence is True
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"include[]": ["tokens"]}, "invalid_value"),
+        ({"include": ["logprob"]}, "invalid_value"),
+        ({"include[]": ["logprobs", "segments"]}, "invalid_value"),
+        # Realtime's include value is no file API one.
+        ({"include[]": ["item.input_audio_transcription.logprobs"]}, "invalid_value"),
+        # As OpenAI's API, logprobs only with json.
+        ({"include[]": ["logprobs"], "response_format": ["text"]}, None),
+        ({"include[]": ["logprobs"], "response_format": ["verbose_json"]}, None),
+        ({"include": ["logprobs"], "response_format": ["srt"]}, None),
+        ({"include[]": ["logprobs"], "response_format": ["vtt"]}, None),
+        ({"include[]": ["logprobs"], "response_format": ["diarized_json"]}, None),
+    ],
+)
+def test_other_includes_and_logprobs_with_other_formats_are_400(
+    fields: dict[str, list[str]], code: str | None
+) -> None:
+    with pytest.raises(FileApiError) as caught:
+        parse_fields({"model": ["m"], **fields})
+    error = caught.value
+    assert (error.status, error.param, error.code) == (400, "include[]", code)
+    body = error.body()["error"]
+    assert body["type"] == "invalid_request_error" and body["param"] == "include[]"
+    assert body["code"] == code and body["message"]
+
+
+def scored(
+    start_ms: int,
+    end_ms: int,
+    pieces: tuple[tuple[str, float | None], ...],
+    no_speech_prob: float | None = None,
+) -> Final:
+    """A final of scored tokens, each 100 ms, whose text they spell."""
+    tokens = tuple(
+        Token(10 + k, text, 100 * k, 100 * k + 90, logprob=lp)
+        for k, (text, lp) in enumerate(pieces)
+    )
+    text = "".join(t.text for t in tokens).strip()
+    base = final(start_ms, end_ms, text, tokens)
+    return replace(base, transcript=replace(base.transcript, no_speech_prob=no_speech_prob))
+
+
+HELLO = scored(0, 1000, ((" hel", -0.1), ("lo", -0.3), (" world", -0.05)), no_speech_prob=0.02)
+CARD_PIECES = ((" card", -0.2), (" 4111", -0.9), ("1111", -0.8), ("1111", -0.7), ("1111", -0.6))
+
+
+def card_final() -> Final:
+    """A final whose card number was redacted: " [PCI]" and three emptied tokens, none
+    with a logprob (each would tell what was said)."""
+    said = scored(2000, 3000, (*CARD_PIECES, (" ok", -0.4)))
+    text = said.transcript.text
+    assert text == "card 4111111111111111 ok"
+    out = redact(text, said.transcript.tokens, [Found(5, 21, Policy.PCI)], False, (0, 600))
+    assert out.text == "card [PCI] ok"
+    return replace(said, transcript=replace(said.transcript, text=out.text, tokens=out.tokens))
+
+
+def test_json_logprobs_join_to_its_text_across_finals_with_the_redacted_token_null() -> None:
+    job = parse_fields({"model": ["m"], "include[]": ["logprobs"]})
+    body = render(job, [HELLO, final(1500, 1800, ""), card_final()], 3.0)[1]
+    out = json.loads(body)
+    assert list(out) == ["text", "logprobs", "usage"]
+    assert out["text"] == "hello world card [PCI] ok"
+    entries = out["logprobs"]
+    assert "".join(e["token"] for e in entries) == out["text"]
+    assert [(e["token"], e["logprob"]) for e in entries] == [
+        ("hel", -0.1),
+        ("lo", -0.3),
+        (" world", -0.05),
+        (" card", -0.2),  # the second final's joining space leads its first token
+        (" [PCI]", None),
+        (" ok", -0.4),
+    ]
+    assert all(e["bytes"] == list(e["token"].encode()) for e in entries)
+    assert "4111" not in body and "-0.9" not in body
+
+
+def test_json_has_no_logprobs_without_the_include() -> None:
+    out = json.loads(render(TranscriptionJob("m"), [HELLO, card_final()], 3.0)[1])
+    assert list(out) == ["text", "usage"]
+
+
+def verbose_json(*finals: Final) -> dict[str, Any]:
+    job = TranscriptionJob(
+        "m", response_format="verbose_json", granularities=frozenset({"segment", "word"})
+    )
+    out: dict[str, Any] = json.loads(render(job, finals, 9.0)[1])
+    return out
+
+
+def test_verbose_segments_have_the_mean_token_logprob_and_the_no_speech_prob() -> None:
+    segments = verbose_json(HELLO, card_final(), FINALS[2])["segments"]
+    assert [s["text"] for s in segments] == ["hello world", "card [PCI] ok", "again"]
+    one, card, unscored = segments
+    assert one["avg_logprob"] == pytest.approx((-0.1 - 0.3 - 0.05) / 3)
+    assert one["no_speech_prob"] == 0.02
+    # The redacted tokens count for nothing: the mean of the others.
+    assert card["avg_logprob"] == pytest.approx((-0.2 - 0.4) / 2)
+    assert card["no_speech_prob"] == 0.0  # not scored
+    assert (unscored["avg_logprob"], unscored["no_speech_prob"]) == (0.0, 0.0)
+
+
+def test_verbose_words_carry_the_least_confidence_of_their_tokens_when_scored() -> None:
+    words_out = verbose_json(HELLO, card_final(), FINALS[0])["words"]
+    texts = [w["word"] for w in words_out]
+    assert texts == ["hello", "world", "card", "[PCI]", "ok", "hello", "world"]
+    hello, world, card, pci, ok, *unscored = words_out
+    assert hello["confidence"] == pytest.approx(math.exp(-0.3), abs=1e-4)  # "lo", not "hel"
+    assert world["confidence"] == pytest.approx(math.exp(-0.05), abs=1e-4)
+    assert card["confidence"] == pytest.approx(math.exp(-0.2), abs=1e-4)
+    assert ok["confidence"] == pytest.approx(math.exp(-0.4), abs=1e-4)
+    # A redacted word has none (its tokens' would tell of the value), nor an unscored one.
+    assert "confidence" not in pci
+    assert all("confidence" not in w for w in unscored)
+    assert (hello["start"], hello["end"]) == (0.0, 0.19)
+
+
+def test_server_sent_events_carry_logprobs_only_when_given() -> None:
+    entries = [{"token": " hi", "logprob": -0.5, "bytes": [32, 104, 105]}]
+    delta = json.loads(sse_delta(" hi", entries)[6:])
+    assert delta == {"type": "transcript.text.delta", "delta": " hi", "logprobs": entries}
+    assert "logprobs" not in json.loads(sse_delta(" hi")[6:])
+    done = json.loads(sse_done("hi", 1.0, entries)[6:])
+    assert list(done) == ["type", "text", "logprobs", "usage"] and done["logprobs"] == entries
+    assert "logprobs" not in json.loads(sse_done("hi", 1.0)[6:])
+    # An empty list is still the field: the client asked, nothing was said.
+    assert json.loads(sse_done("", 1.0, [])[6:])["logprobs"] == []

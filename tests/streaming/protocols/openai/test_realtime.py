@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from engine.types import (
     Hotword,
     InferenceRequest,
     InferenceResult,
+    RequestKind,
     Token,
     Transcript,
 )
@@ -29,6 +31,7 @@ from streaming.commands import (
     Command,
     Commit,
     Configure,
+    StreamOptions,
     TurnDetection,
 )
 from streaming.errors import (
@@ -265,7 +268,7 @@ def test_two_quick_updates_are_each_answered_with_their_own_settings() -> None:
     first = c.decode(ga_update({"transcription": {"language": "en"}}))
     second = c.decode(ga_update({"transcription": {"language": "ja"}}))
     # The session answers both only after both were decoded (events queue behind the socket).
-    created, one, two = encode(c, configured(c.opening()[0]), *map(configured, first + second))
+    created, one, two = encode(c, configured(c.opening()[0]), *map(configured, [*first, *second]))
     assert created["type"] == "session.created"
     assert one["session"]["audio"]["input"]["transcription"]["language"] == "en"
     assert two["session"]["audio"]["input"]["transcription"]["language"] == "ja"
@@ -652,6 +655,10 @@ def test_completed_carries_the_final_and_sensevoice_extras() -> None:
             {"text": "hi", "start_ms": 1000, "end_ms": 1200},
             {"text": " there", "start_ms": 1200, "end_ms": 1600},
         ],
+        "words": [
+            {"text": "hi", "start_ms": 1000, "end_ms": 1200},
+            {"text": "there", "start_ms": 1200, "end_ms": 1600},
+        ],
     }
 
 
@@ -677,6 +684,157 @@ def test_a_final_that_revises_sent_text_comes_without_a_delta() -> None:
     assert completed["transcript"] == "yellow"
     (completed,) = encode(c, Final(1, 0, 900, transcript("")))
     assert completed["transcript"] == ""
+
+
+# ---- logprobs ---------------------------------------------------------------------------
+
+
+def scored_tokens(*pieces: tuple[str, float | None]) -> tuple[Token, ...]:
+    """Tokens of 100 ms each with their log-probabilities (None: unscored, or redacted)."""
+    return tuple(
+        Token(k + 1, text, 100 * k, 100 * k + 90, logprob=lp) for k, (text, lp) in enumerate(pieces)
+    )
+
+
+def logprobs_codec(
+    update: Callable[..., str] = ga_update, headers: dict[str, str] | None = None
+) -> OpenAIRealtimeCodec:
+    """A codec whose session includes the tokens' log-probabilities, announced."""
+    c = codec(headers)
+    encode(c, configured(c.opening()[0]))
+    announce(c, c.decode(update(include=[LOGPROBS])))
+    return c
+
+
+def options_after(c: OpenAIRealtimeCodec, update: str) -> StreamOptions:
+    (command,) = c.decode(update)
+    assert isinstance(command, Configure)
+    return command.options
+
+
+@pytest.mark.parametrize(("update", "headers"), [(ga_update, None), (beta_update, BETA)])
+def test_including_logprobs_asks_the_session_to_score(
+    update: Callable[..., str], headers: dict[str, str] | None
+) -> None:
+    c = codec(headers)
+    (opening,) = c.opening()
+    assert isinstance(opening, Configure) and opening.options.confidence is None
+    assert options_after(c, update(include=[LOGPROBS])).confidence is True
+    # An update that does not name include keeps it; an empty or null one drops it.
+    assert options_after(c, update()).confidence is True
+    assert options_after(c, update(include=[])).confidence is None
+    assert options_after(c, update(include=[LOGPROBS])).confidence is True
+    assert options_after(c, update(include=None)).confidence is None
+
+
+def entry(token: str, logprob: float | None) -> Wire:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+@pytest.mark.parametrize(("update", "headers"), [(ga_update, None), (beta_update, BETA)])
+def test_completed_carries_each_tokens_logprob_when_the_session_includes_them(
+    update: Callable[..., str], headers: dict[str, str] | None
+) -> None:
+    c = logprobs_codec(update, headers)
+    tokens = scored_tokens((" hi", -0.5), (" thé", -0.25), ("re", None))
+    delta, completed = encode(c, Final(0, 0, 900, transcript("hi thére", tokens)))
+    expected = [entry("hi", -0.5), entry(" thé", -0.25), entry("re", None)]
+    assert completed["logprobs"] == expected
+    assert "".join(e["token"] for e in completed["logprobs"]) == completed["transcript"]
+    # The completing delta carried all the text, so all the tokens.
+    assert delta["delta"] == "hi thére" and delta["logprobs"] == expected
+    # A final with no text has an empty list: the client asked, nothing was said.
+    (empty,) = encode(c, Final(1, 1000, 1500, transcript("")))
+    assert empty["logprobs"] == []
+
+
+def test_logprobs_follow_each_update_as_the_session_answers_it() -> None:
+    c = vad_codec()
+    first = c.decode(ga_update(include=[LOGPROBS]))
+    second = c.decode(ga_update(include=[]))
+    final = Final(
+        0,
+        0,
+        900,
+        transcript(
+            "hi",
+            scored_tokens(
+                (" hi", -0.5),
+            ),
+        ),
+    )
+    # The first update is answered; the second is not yet: the first's include holds.
+    wire = encode(
+        c, *map(configured, first), final, *map(configured, second), replace(final, utt_id=1)
+    )
+    completed = [w for w in wire if w["type"].endswith(".completed")]
+    assert [w["logprobs"] for w in completed] == [[entry("hi", -0.5)], None]
+
+
+def test_without_the_include_logprobs_are_null_though_the_tokens_were_scored() -> None:
+    c = vad_codec()
+    committed = Committed(0, 0, 900, "Hello,", scored_tokens(("Hello", -0.1), (",", -0.7)))
+    tokens = scored_tokens((" Hello", -0.1), (",", -0.7), (" you", -0.2))
+    wire = encode(c, committed, Final(0, 0, 1200, transcript("Hello, you", tokens)))
+    assert [w["type"].rsplit(".", 1)[-1] for w in wire] == ["delta", "delta", "completed"]
+    assert [w["logprobs"] for w in wire] == [None, None, None]
+    # Dropping the include drops them again.
+    c = logprobs_codec()
+    announce(c, c.decode(ga_update(include=None)))
+    (_, completed) = encode(c, Final(1, 0, 1200, transcript("Hello, you", tokens)))
+    assert completed["logprobs"] is None
+
+
+def test_committed_deltas_carry_their_tokens_and_with_the_last_join_to_completed() -> None:
+    c = logprobs_codec()
+    one = scored_tokens(("Hello", -0.1), (",", -0.7))  # a first piece: no leading space
+    two = scored_tokens((" how", -0.2), (" are", -0.3), (" you", -0.4), ("?", -0.5))
+    whole = scored_tokens(
+        (" Hello", -0.1),
+        (",", -0.7),
+        (" how", -0.2),
+        (" are", -0.3),
+        (" you", -0.4),
+        ("?", -0.5),
+        (" Fine", -1.25),
+        (".", -0.0625),
+    )
+    wire = encode(
+        c,
+        Committed(0, 0, 900, "Hello,", one),
+        Partial(0, 0, 1300, "Hello, how are", 6),  # its stable prefix went out already
+        Committed(0, 900, 1800, " how are you?", two),
+        Final(0, 0, 2600, transcript("Hello, how are you? Fine.", whole)),
+    )
+    deltas = [w for w in wire if w["type"].endswith(".delta")]
+    (completed,) = [w for w in wire if w["type"].endswith(".completed")]
+    assert [d["delta"] for d in deltas] == ["Hello,", " how are you?", " Fine."]
+    assert [[e["token"] for e in d["logprobs"]] for d in deltas] == [
+        ["Hello", ","],
+        [" how", " are", " you", "?"],
+        [" Fine", "."],  # the tokens past what the commits sent
+    ]
+    for d in deltas:
+        assert "".join(e["token"] for e in d["logprobs"]) == d["delta"]
+    sent = [e for d in deltas for e in d["logprobs"]]
+    assert "".join(e["token"] for e in sent) == completed["transcript"]
+    assert sent == completed["logprobs"]
+    assert [e["logprob"] for e in sent] == [-0.1, -0.7, -0.2, -0.3, -0.4, -0.5, -1.25, -0.0625]
+
+
+def test_deltas_of_partials_or_of_no_tokens_carry_no_logprobs() -> None:
+    # A commit that brought no tokens has none to give: null, not an empty list.
+    c = logprobs_codec()
+    (delta,) = encode(c, Committed(5, 0, 900, "Hi,"))
+    assert (delta["delta"], delta["logprobs"]) == ("Hi,", None)
+    # A partial is never scored: its deltas say null even when the session includes them.
+    wire = encode(c, Partial(0, 0, 500, "hello wor", 6), Partial(0, 0, 900, "hello world", 11))
+    assert [(w["delta"], w["logprobs"]) for w in wire] == [("hello ", None), ("world", None)]
+    # The completing delta carries the final's tokens past what the partials sent.
+    tokens = scored_tokens((" hello", -0.5), (" world", -0.25), ("s", -2.0))
+    delta, completed = encode(c, Final(0, 0, 1000, transcript("hello worlds", tokens)))
+    assert delta["delta"] == "s" and delta["logprobs"] == [entry("s", -2.0)]
+    assert [e["token"] for e in completed["logprobs"]] == ["hello", " world", "s"]
 
 
 def test_failed_cleared_and_ended() -> None:
@@ -932,3 +1090,38 @@ def test_a_prompt_that_lists_phrases_adds_hotwords_and_free_text_does_not() -> N
     (command,) = c.decode(ga_update({"transcription": {"prompt": "A call about a refund."}}))
     assert isinstance(command, Configure)
     assert command.options.hotwords == (Hotword("SenseVoice"),)  # keywords stay
+
+
+def scoring_words(asked: list[bool]) -> Callable[[InferenceRequest], Transcript]:
+    """The word fake, scoring each word k at -(k + 1) / 100 when a decode asks for it
+    (and noting whether each final decode did)."""
+
+    def decode(request: InferenceRequest) -> Transcript:
+        said = word_transcript(request)
+        if request.kind is RequestKind.PARTIAL:
+            assert not request.options.confidence  # partials are never scored
+            return said
+        asked.append(request.options.confidence)
+        if not request.options.confidence:
+            return said
+        tokens = tuple(replace(t, logprob=-(t.id + 1) / 100) for t in said.tokens)
+        return replace(said, tokens=tokens)
+
+    return decode
+
+
+def test_a_session_that_includes_logprobs_gets_the_engines_through_the_codec() -> None:
+    asked: list[bool] = []
+    d = RealtimeDriver(scoring_words(asked))
+    d.send(ga_update(include=[LOGPROBS]))
+    d.stream(tone_bursts_24k([(0.5, 2.5)], 3.5))
+    (completed,) = d.of("completed")
+    assert asked and all(asked)
+    entries = completed["logprobs"]
+    assert "".join(e["token"] for e in entries) == completed["transcript"] != ""
+    # Word k was scored -(k + 1) / 100: each entry carries its own token's value.
+    assert [e["logprob"] for e in entries] == [
+        -(int(e["token"].strip().removeprefix("w")) + 1) / 100 for e in entries
+    ]
+    deltas = [w for w in d.of("delta") if w["item_id"] == completed["item_id"]]
+    assert [e for w in deltas for e in w["logprobs"] or ()] == entries

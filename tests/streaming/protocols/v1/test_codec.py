@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -326,5 +328,40 @@ def test_a_final_names_its_speaker_and_where_it_changes_each_token_s() -> None:
         {"speaker": "S2", "start_ms": 1800, "end_ms": 2400},
     ]
     assert [t["speaker"] for t in out["tokens"]] == ["S1", "S2"]
+    assert [w["speaker"] for w in out["words"]] == ["S1", "S2"]
     unlabelled = event_to_dict(Final(0, 1000, 2400, transcript, show))
     assert unlabelled is not None and "speaker" not in unlabelled
+
+
+def test_a_scored_final_gives_its_tokens_words_and_itself_a_confidence() -> None:
+    tokens = (
+        Token(1, " Hel", 0, 200, logprob=math.log(0.9)),
+        Token(2, "lo", 200, 400, logprob=math.log(0.6)),
+        Token(3, " there", 900, 1300, logprob=math.log(0.8)),
+    )
+    transcript = Transcript("Hello there", "en", "neutral", "speech", True, "Hello there", tokens)
+    show = {"emotion": True, "event": True, "timestamps": True}
+    out = event_to_dict(Final(0, 1000, 2400, transcript, show))
+    assert out is not None
+    assert [t["confidence"] for t in out["tokens"]] == [0.9, 0.6, 0.8]
+    # A word is as sure as its least sure token; the final, its words' mean.
+    assert out["words"] == [
+        {"text": "Hello", "start_ms": 1000, "end_ms": 1400, "confidence": 0.6},
+        {"text": "there", "start_ms": 1900, "end_ms": 2300, "confidence": 0.8},
+    ]
+    assert out["confidence"] == 0.7
+    unscored = replace(transcript, tokens=tuple(replace(t, logprob=None) for t in tokens))
+    plain = event_to_dict(Final(0, 1000, 2400, unscored, show))
+    assert plain is not None and "confidence" not in plain
+    assert all("confidence" not in unit for unit in (*plain["tokens"], *plain["words"]))
+    hidden = event_to_dict(Final(0, 1000, 2400, transcript, {"timestamps": False}))
+    assert hidden is not None and "words" not in hidden and hidden["confidence"] == 0.7
+
+
+def test_confidence_is_a_stream_option() -> None:
+    msg = parse_client_text('{"type":"start","confidence":false}')
+    assert isinstance(msg, StartMessage) and msg.to_command().options.confidence is False
+    plain = parse_client_text('{"type":"start"}')
+    assert isinstance(plain, StartMessage) and plain.to_command().options.confidence is None
+    with pytest.raises(InvalidFieldError, match="confidence"):
+        parse_client_text('{"type":"start","confidence":1}')
