@@ -65,11 +65,6 @@ class ScoringBackend(Backend, Protocol):
         """Whether `run_scored` can run now (a backend may still be preparing for it)."""
         ...
 
-    def wait_for_scoring(self, timeout: float) -> bool:
-        """Start preparing for `run_scored` if need be, and wait up to `timeout` seconds
-        for it; whether it can run."""
-        ...
-
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
     ) -> list[ScoredFrames]:

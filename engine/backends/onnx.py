@@ -113,6 +113,7 @@ class OnnxBackend:
         io_binding: bool | None = None,
         graph_cache: Path | None = None,
         scored_path: Callable[[], Path] | None = None,
+        scored: bool = False,
     ) -> None:
         path = onnx_path or model_dir.onnx_path(precision)
         providers = select_providers(device, precision, tensorrt, path.parent / "trt-cache")
@@ -128,13 +129,19 @@ class OnnxBackend:
         self._run_options = _run_options(on_gpu)
         kind = "trt" if _provider_name(providers[0]) == "TensorrtExecutionProvider" else None
         self._label = f"onnx-{precision}-{kind or device.partition(':')[0]}"
-        # The graph with each frame's candidates, for hotwords: made and opened on a thread
-        # of its own when the first request with hotwords comes (an export of the full
-        # model takes most of a minute, which no batch should wait for).
-        self._scored = ScoredGraph(
-            scored_path,
-            lambda p: _open_session(p, providers, threads, None, arena=not on_gpu),
-            self._label,
+        # The graph with each frame's candidates, for hotwords and confidence: `scored`,
+        # the graph `onnx_path` names is it (one session serves every decode, the weights
+        # held once); else made and opened on a thread of its own when the first request
+        # asks (an export of the full model takes most of a minute, which no batch should
+        # wait for).
+        self._scored = (
+            ScoredGraph.opened(self._session, self._label)
+            if scored
+            else ScoredGraph(
+                scored_path,
+                lambda p: _open_session(p, providers, threads, None, arena=not on_gpu),
+                self._label,
+            )
         )
         bind = on_gpu if io_binding is None else io_binding
         self._runner: Runner = (
@@ -235,6 +242,14 @@ class ScoredGraph:
         self._started = False
         self._lock = threading.Lock()
 
+    @classmethod
+    def opened(cls, session: Any, label: str) -> ScoredGraph:
+        """A scored graph already open: the backend's own session."""
+        graph = cls(None, lambda _: session, label)
+        graph.session = session
+        graph.finished.set()
+        return graph
+
     def ready(self) -> bool:
         """True once open; the first call starts the loading thread."""
         if self.session is not None:
@@ -255,15 +270,19 @@ class ScoredGraph:
         if self._path is None:
             return
         log.info(
-            "%s: making the scored graph for hotwords (they decode greedily meanwhile)", self._label
+            "%s: making the scored graph for hotwords and confidence (meanwhile they decode "
+            "greedily and unscored)",
+            self._label,
         )
         try:
             self.session = self._open_session(self._path())
         except (EngineError, OSError, RuntimeError) as exc:
-            # Hotwords then stay greedy; the server goes on.
-            log.error("%s: no scored graph, hotwords decode greedily: %s", self._label, exc)
+            # Hotwords then stay greedy and finals unscored; the server goes on.
+            log.error(
+                "%s: no scored graph, hotwords decode greedily, unscored: %s", self._label, exc
+            )
             return
-        log.info("%s: the scored graph is open: hotwords bias decoding from now on", self._label)
+        log.info("%s: the scored graph is open: hotwords and confidence from now on", self._label)
 
 
 class BoundRunner:
@@ -288,11 +307,12 @@ class BoundRunner:
         }
         for name, value in values.items():
             binding.bind_ortvalue_input(name, value)
-        for name in OUTPUT_NAMES:
-            # A few int32 ids per frame: onnxruntime copies them straight to host memory.
-            binding.bind_output(name, "cpu")
+        for output in self._session.get_outputs():
+            # A few int32 ids (and a scored graph's candidates) per frame: onnxruntime
+            # copies them straight to host memory. The ids and lengths come first.
+            binding.bind_output(output.name, "cpu")
         self._session.run_with_iobinding(binding, self._run_options)
-        ids, lens = binding.copy_outputs_to_cpu()
+        ids, lens = binding.copy_outputs_to_cpu()[: len(OUTPUT_NAMES)]
         return ids, lens
 
 

@@ -54,6 +54,10 @@ class BackendOptions:
     # the longest bucket (feature frames); longer utterances run eagerly.
     cuda_graphs: str = "auto"
     graph_frames: int = DEFAULT_GRAPH_FRAMES
+    # Serve the scored graph (each frame's 8 best candidates too) for every decode, so
+    # confidence and hotwords are ready at once and ONNX holds the weights once (torch
+    # shares them anyway); False: the plain graph, the scored one made when first asked.
+    scored: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_CHOICES:
@@ -114,11 +118,12 @@ def create_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
         device=options.device,
         precision=precision,
         threads=options.threads,
-        onnx_path=ensure_onnx(model_dir, precision),
+        onnx_path=ensure_onnx(model_dir, precision, scored=options.scored),
         tensorrt=options.tensorrt,
         graph_cache=options.graph_cache,
-        # Exported and opened at the first request with hotwords: most servers never need it.
+        # Exported and opened at the first request that asks, unless it is the graph served.
         scored_path=lambda: ensure_onnx(model_dir, precision, scored=True),
+        scored=options.scored,
     )
 
 

@@ -186,9 +186,6 @@ class TorchBackend:
         """Always: the scored model shares the loaded weights."""
         return True
 
-    def wait_for_scoring(self, timeout: float) -> bool:
-        return True
-
     def _audio_frontend(self) -> DeviceFrontend:
         if self._frontend is None:
             raise RuntimeError(f"{self._label} computes no features; call run()")

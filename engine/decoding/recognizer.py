@@ -63,11 +63,6 @@ class Recognizer:
         """True when the backend computes features and `prepare` only checks the audio."""
         return self._audio_backend is not None
 
-    def prepare_scoring(self, timeout: float) -> bool:
-        """Make what confidence and hotwords need (the backend's scored graph) if it is
-        not ready, waiting up to `timeout` seconds; whether it is ready."""
-        return self._scoring is not None and self._scoring.wait_for_scoring(timeout)
-
     def prepare(self, audio: np.ndarray, options: DecodeOptions) -> Utterance:
         """Compute features (or check the audio for a backend that computes them); raises
         AudioError for audio the model cannot take."""

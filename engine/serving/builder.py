@@ -52,8 +52,6 @@ __all__ = ["peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
 CPU_DEFAULT_BUDGET = 2 * GIB
 MAX_FEATURE_THREADS = 8
 log = logging.getLogger("sensestream.engine")
-#: The longest a start waits for a scored graph (the full model's export took 44 s here).
-SCORING_TIMEOUT_S = 600.0
 
 OpenBackend = Callable[[ModelDir, BackendOptions], Backend]
 MemoryOf = Callable[[str, str], DeviceMemory]
@@ -92,9 +90,9 @@ class EngineConfig:
     # The speaker encoder on each device (engine.speakers): True loads it at start (its
     # weights must be installed), None at the first request that asks who spoke, False never.
     speakers: bool | None = None
-    # Confidence is asked of most decodes: make the scored graph before serving (ONNX
-    # exports it once, after the calibration); False leaves it to the first request that
-    # asks for confidence or hotwords, which decodes unscored until it is ready.
+    # Confidence is asked of most decodes: serve the scored graph for all of them
+    # (`BackendOptions.scored`); False serves the plain one and makes the scored one at the
+    # first request that asks for confidence or hotwords (unscored, greedy until ready).
     confidence: bool = False
 
     def __post_init__(self) -> None:
@@ -257,8 +255,6 @@ def build_engine_parts(
         feature_threads=feature_threads(config, os.cpu_count() or 1),
         tokenizer=first.recognizer.tokenizer.serialized(),
     )
-    if config.confidence:
-        prepare_scoring(devices)
     return EngineParts(tuple(d.recognizer for d in devices), scheduler, report)
 
 
@@ -355,7 +351,13 @@ def _open_device(
     longest = Frontend.from_model_dir(model_dir.path).num_frames(
         config.max_segment_ms * SAMPLE_RATE // 1000
     )
-    options = replace(config.backend, device=name, graph_cache=cache, graph_frames=max(1, longest))
+    options = replace(
+        config.backend,
+        device=name,
+        graph_cache=cache,
+        graph_frames=max(1, longest),
+        scored=config.backend.scored or config.confidence,
+    )
     speakers = open_speakers(config.speakers, name)
     recognizer = Recognizer(model_dir, open_backend(model_dir, options), speakers)
     memory = memory_of(name, options.backend)
@@ -364,18 +366,6 @@ def _open_device(
     free = memory.free_bytes() if name.startswith("cuda") else None
     total = default_budget(config, name, free)
     return _Device(name, recognizer, memory, MemoryBudget(total), free)
-
-
-def prepare_scoring(devices: Sequence[_Device]) -> None:
-    """Make each device's scored graph before serving, so every final can be scored (ONNX
-    exports it once, then opens it from beside the model); a device that cannot decodes
-    unscored, as it would have without confidence."""
-    for device in devices:
-        started = time.perf_counter()
-        if device.recognizer.prepare_scoring(SCORING_TIMEOUT_S):
-            log.info("%s: confidence ready in %.1f s", device.name, time.perf_counter() - started)
-        else:
-            log.warning("%s: no scored graph: finals go out without confidence", device.name)
 
 
 def open_speakers(wanted: bool | None, device: str) -> Speakers | None:

@@ -140,11 +140,22 @@ def test_real_backends_score_the_demo_models_words_without_changing_them(
         assert scored.no_speech_prob is not None and 0 <= scored.no_speech_prob <= 1
 
 
-def test_prepare_scoring_says_whether_the_backend_can_score(
-    planted: tuple[Recognizer, PlantedBackend],
+def test_an_onnx_backend_that_serves_the_scored_graph_holds_one_session(
+    tiny_model_dir: Path, speech_clips: list[Clip]
 ) -> None:
-    recognizer, backend = planted
-    backend.ready = False
-    assert recognizer.prepare_scoring(0.1) is False
-    backend.ready = True
-    assert recognizer.prepare_scoring(0.1) is True
+    model_dir = load_model_dir(tiny_model_dir)
+    both = create_backend(model_dir, BackendOptions("onnx", "fp32", threads=2, scored=True))
+    plain = create_backend(model_dir, BackendOptions("onnx", "fp32", threads=2))
+    assert isinstance(both, OnnxBackend) and isinstance(plain, OnnxBackend)
+    assert both.scoring_ready()  # from the start: nothing more to make or open
+    assert both._scored.session is both._session  # the weights held once
+    recognizer = Recognizer(model_dir, both)
+    utts = [recognizer.prepare(c.audio, DecodeOptions()) for c in speech_clips[:2]]
+    feats = [recognizer.features_of(u) for u in utts]
+    options = [u.options for u in utts]
+    for served, reference in zip(both.run(feats, options), plain.run(feats, options), strict=True):
+        np.testing.assert_array_equal(served, reference)
+    for scored, reference in zip(
+        both.run_scored(feats, options, audio=False), plain.run(feats, options), strict=True
+    ):
+        np.testing.assert_array_equal(scored.ids, reference)

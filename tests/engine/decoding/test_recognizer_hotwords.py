@@ -66,9 +66,6 @@ class PlantedBackend:
     def scoring_ready(self) -> bool:
         return self.ready
 
-    def wait_for_scoring(self, timeout: float) -> bool:
-        return self.ready
-
     def run_scored(
         self, inputs: Sequence[np.ndarray], options: Sequence[DecodeOptions], *, audio: bool
     ) -> list[ScoredFrames]:

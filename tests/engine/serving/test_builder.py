@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.backends.base import Backend
 from engine.backends.cuda_graphs import eager_buckets
 from engine.backends.graph_buckets import plan_buckets
-from engine.backends.registry import BackendOptions
+from engine.backends.onnx import OnnxBackend
+from engine.backends.registry import BackendOptions, create_backend
 from engine.backends.torch import TorchBackend
 from engine.decoding.recognizer import Recognizer
 from engine.errors import EngineError
@@ -200,31 +202,14 @@ def test_graph_buckets_reach_the_cost_model_and_calibration_runs_eagerly(
 
 
 @pytest.mark.parametrize("confidence", [True, False])
-def test_with_confidence_on_the_scored_graph_is_made_after_calibration_before_serving(
+def test_with_confidence_on_every_device_serves_the_scored_graph(
     tiny_model_dir: Path, confidence: bool
 ) -> None:
-    from engine.backends.onnx import OnnxBackend
-    from engine.backends.registry import create_backend
+    opened: list[BackendOptions] = []
 
-    asked: list[bool] = []  # whether calibration had run when scoring was first asked for
-
-    def open_backend(model_dir: ModelDir, options: BackendOptions) -> OnnxBackend:
-        backend = create_backend(model_dir, options)
-        assert isinstance(backend, OnnxBackend)
-        run, wait = backend.run, backend.wait_for_scoring
-        calls: list[int] = []
-
-        def counted_run(*args: object) -> list[np.ndarray]:
-            calls.append(1)
-            return run(*args)  # type: ignore[arg-type]
-
-        def noted_wait(timeout: float) -> bool:
-            asked.append(bool(calls))
-            return wait(timeout)
-
-        backend.run = counted_run  # type: ignore[method-assign]
-        backend.wait_for_scoring = noted_wait  # type: ignore[method-assign]
-        return backend
+    def open_backend(model_dir: ModelDir, options: BackendOptions) -> Backend:
+        opened.append(options)
+        return create_backend(model_dir, options)
 
     config = EngineConfig(
         model=str(tiny_model_dir),
@@ -233,7 +218,9 @@ def test_with_confidence_on_the_scored_graph_is_made_after_calibration_before_se
         confidence=confidence,
     )
     parts = build_engine_parts(config, open_backend=open_backend)
-    assert asked[:1] == ([True] if confidence else [])
+    assert [o.scored for o in opened] == [confidence]
     (recognizer,) = parts.recognizers
-    # Ready before the first request, or never asked for: the graph is made on first use.
-    assert recognizer.backend.scoring_ready() is confidence  # type: ignore[attr-defined]
+    backend = recognizer.backend
+    assert isinstance(backend, OnnxBackend)
+    # Scored from the first request; else the scored graph is only made when first asked.
+    assert backend.scoring_ready() is confidence

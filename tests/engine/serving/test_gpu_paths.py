@@ -121,6 +121,21 @@ def test_io_binding_gives_the_same_ids(model_dir: ModelDir, feats: list) -> None
         np.testing.assert_array_equal(a, b)
 
 
+def test_io_binding_of_the_scored_graph_gives_the_same_ids(
+    model_dir: ModelDir, feats: list
+) -> None:
+    # A scored graph has more outputs: each is bound, and the ids are read from the first.
+    plain = OnnxBackend(model_dir, precision="fp32", onnx_path=ensure_onnx(model_dir, "fp32"))
+    scored_path = ensure_onnx(model_dir, "fp32", scored=True)
+    bound = OnnxBackend(
+        model_dir, precision="fp32", onnx_path=scored_path, io_binding=True, scored=True
+    )
+    assert bound.uses_io_binding
+    options = options_for(len(feats))
+    for a, b in zip(plain.run(feats, options), bound.run(feats, options), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_cuda_provider_options() -> None:
     options = cuda_options(1)
     assert options["device_id"] == 1
