@@ -51,12 +51,20 @@ class Recognizer:
         self.frontend = Frontend.from_model_dir(model_dir.path)
         self.tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
         self.tags = TagTable.from_tokenizer(self.tokenizer)
-        self._audio_backend = (
-            backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
-        )
-        self._scoring = backend if isinstance(backend, ScoringBackend) else None
         self.hotwords = HotwordCompiler(self.tokenizer)
         self._nospeech_id = self.tokenizer.piece_to_id(tag_piece("nospeech"))
+
+    @property
+    def _audio_backend(self) -> AudioBackend | None:
+        # Read from `backend` at each use: whoever replaces it (a test's faulty wrapper)
+        # replaces every path through it.
+        backend = self.backend
+        return backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
+
+    @property
+    def _scoring(self) -> ScoringBackend | None:
+        backend = self.backend
+        return backend if isinstance(backend, ScoringBackend) else None
 
     @property
     def features_on_device(self) -> bool:

@@ -103,6 +103,8 @@ def test_a_subscriber_gets_the_callers_events_with_channels_and_labels(
     finals = [e for e in caller if e["type"] == "final"]
     assert {f["channel"] for f in finals} == {0, 1}
     assert all(f["label"] == LABELS[f["channel"]] for f in finals)
+    # Scored by default: the confidences go to followers with the rest.
+    assert all(0 < f["confidence"] <= 1 for f in finals if f["words"])
     # The follower joined before the stream started: it saw everything the caller saw.
     assert followed.events == caller and followed.close_code == 1000
 
@@ -221,6 +223,7 @@ def test_a_streams_finals_and_end_are_posted_to_its_webhook(
     assert signed and {b["stream_id"] for b in bodies} == {"call-hook"}
     posted = [b["event"] for b in bodies]
     assert posted == [e for e in caller if e["type"] in ("final", "end")]
+    assert any("confidence" in e for e in posted)  # the scores are posted too
 
 
 def test_a_webhook_outside_the_allowed_prefixes_is_refused(server: ServerProcess) -> None:
