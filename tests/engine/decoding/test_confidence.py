@@ -16,9 +16,8 @@ from engine.decoding.confidence import no_speech_prob, scores_of, token_logprobs
 from engine.decoding.ctc import CtcTokens, greedy_collapse
 from engine.decoding.recognizer import Recognizer
 from engine.model.directory import load_model_dir
-from engine.model.tokenizer import Tokenizer
 from engine.types import DecodeOptions, Hotword
-from tests.engine.decoding.test_recognizer_hotwords import PHRASE, PlantedBackend
+from tests.engine.decoding.conftest import PHRASE, PlantedBackend
 from tests.speech import Clip
 
 K = 3
@@ -64,18 +63,6 @@ def test_no_speech_is_the_nospeech_tags_posterior_on_the_language_frame() -> Non
     assert scores_of(greedy_collapse(scored.ids), scored, 13).no_speech_prob == pytest.approx(
         0.25, abs=1e-6
     )
-
-
-@pytest.fixture
-def planted(tiny_model_dir: Path) -> tuple[Recognizer, PlantedBackend]:
-    """Greedy decoding of the planted frames writes decoys, each on a frame where it has
-    log-probability -0.5, between blanks at -0.01."""
-    model_dir = load_model_dir(tiny_model_dir)
-    tokenizer = Tokenizer.from_file(model_dir.tokenizer_path)
-    phrase = tokenizer.encode(PHRASE)
-    decoys = tokenizer.encode("hello world there")[: len(phrase)]
-    backend = PlantedBackend(phrase, decoys)
-    return Recognizer(model_dir, backend), backend
 
 
 def test_a_request_that_asks_gets_its_tokens_logprobs_and_one_that_does_not_none(
