@@ -51,9 +51,10 @@ from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
 from server.http.scopes import STREAMS_READ
 from server.http.tables import main_app, ops_app
 from server.http.tenants import Claim, Tenant, followed_key
-from server.live.connection import Connection
+from server.live.connection import Connection, Resuming
 from server.live.socket_port import SocketPort
 from server.live.vad_pump import VadPump
+from server.resume.route import ResumePolicy, Resumes
 from server.streams.follower_slots import FollowerSlots
 from server.streams.hub import Publisher, StreamHub, Subscription
 from server.streams.subscribers import Follower
@@ -65,6 +66,7 @@ from streaming.pins import Pins
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.twilio.codec import TwilioCodec
 from streaming.protocols.twilio.jitter import JitterStats
+from streaming.protocols.v1.codec import V1Codec
 from streaming.session import SessionConfig
 from streaming.vad.types import VadModel
 
@@ -213,7 +215,10 @@ class App:
         self.follower_slots = FollowerSlots(self.host, config.limits)
         self.webhooks = Webhooks(webhook_policy(config.listen), self.metrics.webhook_event)
         self.keys = load_keys(config.listen.api_keys, config.listen.api_keys_file)
-        self.credentials = Credentials(self.keys, self._token_secret())
+        secret = self._token_secret()
+        self.credentials = Credentials(self.keys, secret)
+        limits = config.limits
+        self.resumes = Resumes(ResumePolicy(limits.resume_grace_s, limits.max_session_s, secret))
         self.origins = config.listen.origin_policy()
         self.routes = websocket_routes()
         self.file_api = FileApi(self)
@@ -635,6 +640,8 @@ class App:
         )
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
+        if await self._resumed(port, codec, claim):
+            return  # a dropped stream taken up: it holds its own session's place
         lease = await self.host.acquire(Kind.SESSION, port.peer)
         if isinstance(lease, Scope):
             over = self._over_capacity(lease)
@@ -647,6 +654,14 @@ class App:
             await self._run_session(port, codec, route, claim, grant)
         finally:
             self.host.release(lease)
+
+    async def _resumed(self, port: SocketPort, codec: Codec, claim: Claim) -> bool:
+        """Whether this connection resumed a parked v1 stream (and is now done)."""
+        if not isinstance(codec, V1Codec) or not self.resumes.policy.on:
+            return False
+        tenant = claim.tenant.name if claim.tenant is not None else ""
+        idle = self.config.limits.idle_timeout_s
+        return await self.resumes.take_up(port, codec, tenant, idle)
 
     async def _used_up(self, grant: Grant, peek: bool = False) -> Response | None:
         """Count a session of the client secret host-wide (with `peek`, only ask whether
@@ -776,6 +791,7 @@ class App:
             ),
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
             vad_pump=self.vad_pump,
+            resuming=self._resuming(codec, claim, session_id),
         )
         self.sessions[session_id] = conn
         self.metrics.connections.inc()
@@ -787,6 +803,12 @@ class App:
             self.metrics.sessions.set(len(self.sessions))
             if isinstance(codec, TwilioCodec):
                 self.metrics.twilio_placement(session_id, codec.stats)
+
+    def _resuming(self, codec: Codec, claim: Claim, session_id: str) -> Resuming | None:
+        if not isinstance(codec, V1Codec):
+            return None
+        tenant = claim.tenant.name if claim.tenant is not None else ""
+        return self.resumes.resuming(codec, tenant, session_id)
 
     # ---- subscribers ----------------------------------------------------------------
 

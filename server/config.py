@@ -176,6 +176,10 @@ class LimitsConfig:
     max_replay_rate: float = 200.0
     max_session_s: float = 4 * 3600.0
     idle_timeout_s: float = 30.0
+    # How long a v1 stream whose client dropped waits for it to resume (server/resume);
+    # 0 (the default until a resume can reach another worker's stream): the stream ends
+    # with its connection.
+    resume_grace_s: float = 0.0
     max_pending_events: int = 256
     # Per-connection send buffering (kernel SO_SNDBUF and the library's write buffer):
     # None keeps the kernel's autotuning; a small value bounds what a slow reader can hold.
@@ -225,6 +229,8 @@ class LimitsConfig:
             raise ValueError("send_buffer_bytes must be at least 1024")
         if self.token_max_sessions < 1:
             raise ValueError("token_max_sessions must be >= 1")
+        if not 0 <= self.resume_grace_s <= 3600:
+            raise ValueError("resume_grace_s must be within 0..3600")
 
     def session_limits(self) -> SessionLimits:
         return SessionLimits(

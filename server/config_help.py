@@ -135,6 +135,12 @@ HELP: Mapping[str, str] = MappingProxyType(
             "Events queued for a client that does not read, before it is dropped "
             "(slow_client): 1 or more."
         ),
+        "resume_grace_s": (
+            "How long a v1 stream whose client's connection dropped waits for the client to "
+            "resume it (start.resume with the token `ready` gave), its finals kept for it; "
+            "0 ends the stream with its connection. Resumes reach the worker that holds the "
+            "stream only: use it with --workers 1 for now."
+        ),
         "send_buffer_bytes": (
             "Per-connection send buffer (SO_SNDBUF and the WebSocket write buffer), "
             "in bytes: 1024 or more; unset: the kernel's autotuning."

@@ -18,14 +18,23 @@ from engine.types import InferenceRequest, InferenceResult
 from streaming.audio.decoder import AudioFormat
 from streaming.commands import Audio, Command, Configure, Mark
 from streaming.errors import InvalidFieldError, ProtocolError, StateError
-from streaming.events import Configured, Ended, ErrorEvent, Final, Marked, SessionEvent
+from streaming.events import (
+    Acked,
+    Configured,
+    Ended,
+    ErrorEvent,
+    Final,
+    Marked,
+    Resumed,
+    SessionEvent,
+)
 from streaming.redaction.stream import SpokenContext
 from streaming.session import Session, SessionConfig
 from streaming.vad.types import VadModel
 
 #: Events that belong to the stream as a whole, not to one channel (the group makes its
 #: own errors and end; channels are never aborted one by one).
-_GROUP_EVENTS = (Configured, Ended, ErrorEvent, Marked)
+_GROUP_EVENTS = (Configured, Ended, ErrorEvent, Marked, Acked, Resumed)
 
 
 def channel_session_id(session_id: str, channel: int) -> str:

@@ -119,3 +119,12 @@ class WebhookRefusedError(ProtocolError):
 
     code = "webhook_not_allowed"
     close_code = CLOSE_POLICY_VIOLATION
+
+
+class ResumeRefusedError(ProtocolError):
+    """A resume the server cannot honour: resuming is off, the token is forged, expired or
+    another tenant's, the stream is no longer waiting, or the resent audio would leave a
+    gap. The stream it names is unharmed."""
+
+    code = "resume_refused"
+    close_code = CLOSE_POLICY_VIOLATION

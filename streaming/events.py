@@ -164,6 +164,27 @@ class Ended:
     """Every owed final has been sent; the server closes next."""
 
 
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """The server has taken the stream's audio up to `samples` (frames at the client's
+    rate, from the stream's start): a resuming client resends from no later than this.
+    For the client alone (followers are not sent it)."""
+
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A dropped stream taken up on a new connection: the server has `samples` of its
+    audio (the client resends from where it said it would, at most this), a fresh token
+    for the next resume, and whether it has had the client's `stop` (then the client
+    sends nothing more). For the client alone."""
+
+    samples: int
+    resume_token: str
+    stopped: bool = False
+
+
 SessionEvent = (
     Configured
     | SpeechStarted
@@ -176,4 +197,6 @@ SessionEvent = (
     | ErrorEvent
     | Marked
     | Ended
+    | Acked
+    | Resumed
 )

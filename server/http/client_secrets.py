@@ -13,17 +13,13 @@ pins.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from engine.types import Hotword
 from server.http.scopes import DEFAULT_SCOPES
+from server.http.sealed import Unsealed, seal, unseal
 from server.http.tenants import Tenant
 from streaming.errors import InvalidFieldError
 from streaming.pins import Pins
@@ -34,7 +30,6 @@ LABEL = b"ek1."
 #: Tokens travel in URLs and headers; a longer value is refused unread.
 MAX_TOKEN_CHARS = 4096
 MIN_SECRET_BYTES = 32
-BASE64URL = re.compile(rb"[A-Za-z0-9_-]+")
 
 
 class TokenRefusal(StrEnum):
@@ -67,21 +62,6 @@ class Grant:
         return self.issuer or self.tenant
 
 
-def _b64(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
-
-
-def _unb64(text: bytes) -> bytes:
-    """Unpadded base64url; raises ValueError (binascii.Error is one) for anything else."""
-    if not BASE64URL.fullmatch(text):
-        raise ValueError("not unpadded base64url")
-    return base64.urlsafe_b64decode(text + b"=" * (-len(text) % 4))
-
-
-def _mac(secret: bytes, payload: bytes) -> bytes:
-    return _b64(hmac.new(secret, LABEL + payload, hashlib.sha256).digest())
-
-
 def mint_token(secret: bytes, grant: Grant) -> str:
     """The token for `grant`, signed with `secret`."""
     claims: dict[str, Any] = {
@@ -98,23 +78,20 @@ def mint_token(secret: bytes, grant: Grant) -> str:
     pins = pins_json(grant.pins)
     if pins:
         claims["pins"] = pins
-    payload = _b64(json.dumps(claims, separators=(",", ":"), ensure_ascii=True).encode())
-    return (PREFIX + payload + b"." + _mac(secret, payload)).decode("ascii")
+    return seal(secret, PREFIX, LABEL, claims)
 
 
 def verify_token(secret: bytes, value: bytes, now: float) -> Grant | TokenRefusal:
     """The grant of a presented token, or why not: the signature is compared first (in
     constant time, as its text, so no other spelling of the same bytes passes), then the
     payload read, then its expiry against `now`."""
-    if not value.startswith(PREFIX) or len(value) > MAX_TOKEN_CHARS:
-        return TokenRefusal.MALFORMED
-    payload, dot, signature = value[len(PREFIX) :].partition(b".")
-    if not dot or not payload:
-        return TokenRefusal.MALFORMED
-    if not hmac.compare_digest(signature, _mac(secret, payload)):
+    claims = unseal(secret, PREFIX, LABEL, value, MAX_TOKEN_CHARS)
+    if claims == Unsealed.BAD_SIGNATURE:
         return TokenRefusal.BAD_SIGNATURE
+    if not isinstance(claims, dict):
+        return TokenRefusal.MALFORMED
     try:
-        grant = _grant(json.loads(_unb64(payload)))
+        grant = _grant(claims)
     except (ValueError, TypeError, KeyError, AttributeError, InvalidFieldError):
         # Signed with our secret yet unreadable: only a minter of another version.
         return TokenRefusal.MALFORMED

@@ -12,14 +12,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.client import EngineClient
 from engine.types import InferenceResult
 from server.live.outbox import Outbox, OutboxOverflowError
 from server.live.socket_port import ClientGone, SocketPort
 from server.live.vad_pump import VadPump
+from server.resume.parked import ParkedStreams
+from server.resume.stream import Resumption
 from server.streams.hub import Publisher
 from streaming.commands import Command
 from streaming.core import StreamSession
@@ -33,6 +36,7 @@ from streaming.errors import (
 )
 from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
 from streaming.protocols.base import Codec
+from streaming.protocols.v1.codec import ResumeRequest
 from streaming.vad.jobs import VadJob, VadStep
 
 log = logging.getLogger("sensestream.connection")
@@ -46,6 +50,26 @@ DROP_MAX_S = 60.0
 INTERNAL_ERROR = "internal_error"
 #: How long a session whose client ended its stream and left may run on for its followers.
 OWED_FINALS_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resuming:
+    """How a resumable stream's connection waits for its client after a drop: where it
+    parks, for how long, and the stream's side of resuming."""
+
+    parked: ParkedStreams[Connection]
+    grace_s: float
+    stream: Resumption
+
+
+@dataclass(frozen=True, slots=True)
+class _Attach:
+    """A resume's new socket, what goes out on it first, and the future its handler
+    waits on (done when the stream is done with the socket)."""
+
+    port: SocketPort
+    first: list[SessionEvent]
+    released: asyncio.Future[None]
 
 
 class ConnectionStats(Protocol):
@@ -70,6 +94,7 @@ class Connection:
         publisher: Publisher | None = None,
         start_deadline_s: float | None = None,
         vad_pump: VadPump | None = None,
+        resuming: Resuming | None = None,
     ) -> None:
         self.ws = ws
         self.codec = codec
@@ -112,46 +137,142 @@ class Connection:
         self._drop_started = 0.0
         # Set after every step of the session: what may have let it accept audio again.
         self._stepped = asyncio.Event()
+        self._resuming = resuming
+        self._sample_rate = 16000  # the stream's, once configured (acknowledgements count it)
+        # While parked: a resume's new socket, and what goes out on it before the outbox.
+        self._attach: asyncio.Future[_Attach] | None = None
+        self._first: list[SessionEvent] = []  # sent before the outbox (a resume's replay)
+        self._released: asyncio.Future[None] = self._loop.create_future()  # the port's use
 
     async def run(self) -> None:
-        """Serve until the session ends or the client disconnects; always clean up."""
-        read = asyncio.create_task(self._read(), name="read")
-        write = asyncio.create_task(self._write(), name="write")
-        self._tasks = [read, asyncio.create_task(self._results(), name="results"), write]
+        """Serve until the session ends or the client disconnects (and, for a resumable
+        stream, does not come back in its grace); always clean up."""
+        self._tasks = [
+            asyncio.create_task(self._read(), name="read"),
+            asyncio.create_task(self._results(), name="results"),
+            asyncio.create_task(self._write(), name="write"),
+        ]
         self._step(partial(self._feed, self.codec.opening()))  # e.g. a session.created
         if self._start_deadline_s is not None and not self._configured:
             self._start_timer = self._loop.call_later(self._start_deadline_s, self._no_start)
         try:
-            # The writer ends after `end`; the reader ends early if the client goes away.
-            await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
-            if not write.done() and not self._client_gone(read) and self._dropping is None:
-                await asyncio.wait([write])  # a drop may cancel it: wait, never raise
-            elif self._client_gone(read) and self.session.stopped and self._publisher is not None:
-                await self._finish_for_followers()
-            if self._dropping is not None:
-                await self._dropping
+            while await self._serve():
+                pass
         finally:
-            self._finishing = True
-            if self._start_timer is not None:
-                self._start_timer.cancel()
-            if self._wake is not None:
-                self._wake.cancel()
-            for task in self._tasks:
-                task.cancel()
-            # Released before the await: a second cancellation there must not leave the
-            # stream listed or its engine sessions open.
-            self._cancel_engine_sessions()
-            if self._publisher is not None:
-                if not self._ended.is_set():
-                    self._publish_held()
-                self._publisher.close(None if self._ended.is_set() else self._lost)
-            try:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
-            finally:
-                # Cancelled tasks keep their CancelledError, whose traceback holds frames
-                # that hold this connection: drop them, or sessions linger until a full GC.
-                self._tasks.clear()
-                self._done.set()
+            await self._clean_up()
+
+    async def _serve(self) -> bool:
+        """Serve the current socket; True when a resume brought a new one to serve."""
+        read, _, write = self._tasks
+        # The writer ends after `end`; the reader ends early if the client goes away.
+        await asyncio.wait([read, write], return_when=asyncio.FIRST_COMPLETED)
+        if self._may_park() and await self._park():
+            return True
+        if not write.done() and not self._client_gone(read) and self._dropping is None:
+            await asyncio.wait([write])  # a drop may cancel it: wait, never raise
+        elif self._client_gone(read) and self.session.stopped and self._publisher is not None:
+            await self._finish_for_followers()
+        if self._dropping is not None:
+            await self._dropping
+        return False
+
+    async def _clean_up(self) -> None:
+        self._finishing = True
+        if self._start_timer is not None:
+            self._start_timer.cancel()
+        if self._wake is not None:
+            self._wake.cancel()
+        for task in self._tasks:
+            task.cancel()
+        # Released before the await: a second cancellation there must not leave the
+        # stream listed or its engine sessions open.
+        self._cancel_engine_sessions()
+        if self._publisher is not None:
+            if not self._ended.is_set():
+                self._publish_held()
+            self._publisher.close(None if self._ended.is_set() else self._lost)
+        try:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            # Cancelled tasks keep their CancelledError, whose traceback holds frames
+            # that hold this connection: drop them, or sessions linger until a full GC.
+            self._tasks.clear()
+            if not self._released.done():
+                self._released.set_result(None)
+            self._done.set()
+
+    # ---- resuming ---------------------------------------------------------------------
+
+    def _may_park(self) -> bool:
+        """The client went away mid-stream, and the stream may wait for it to come back."""
+        return (
+            self._resuming is not None
+            and self._resuming.stream.resumable
+            and self.ws.closed
+            and self._configured
+            and self._dropping is None
+            and self._ending_error is None
+            and not self._going_away
+            and not self._ended.is_set()
+        )
+
+    async def _park(self) -> bool:
+        """Wait out the grace for a resume; True with its socket attached."""
+        resuming = self._resuming
+        if resuming is None:
+            return False
+        read, _, write = self._tasks
+        write.cancel()  # the socket is gone: what it would send waits in the outbox
+        await asyncio.gather(read, write, return_exceptions=True)
+        self._attach = self._loop.create_future()
+        draining = asyncio.ensure_future(self._draining.wait())
+        session_id = self.session.session_id
+        resuming.parked.park(session_id, self)
+        log.info("session %s: client gone, waiting %g s for it", session_id, resuming.grace_s)
+        # A stream that ends meanwhile (its client had sent `stop`) waits no more: its
+        # followers have had it all.
+        settled = asyncio.ensure_future(self._settled.wait())
+        waiters: list[asyncio.Future[Any]] = [self._attach, draining, settled]
+        try:
+            await asyncio.wait(
+                waiters, timeout=resuming.grace_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            draining.cancel()
+            settled.cancel()
+            resuming.parked.leave(session_id, self)
+        attach, self._attach = self._attach, None
+        if not attach.done():
+            attach.cancel()
+            return False
+        self._reattach(attach.result())
+        return True
+
+    def resume(self, port: SocketPort, request: ResumeRequest) -> asyncio.Future[None]:
+        """Take a parked stream up on `port` (see `Resumption.resume`; raises
+        ResumeRefusedError for a gap). The future is done when the stream is done with it."""
+        resuming, attach = self._resuming, self._attach
+        if resuming is None or attach is None or attach.done():
+            raise RuntimeError("resume() of a stream that is not parked")
+        first = resuming.stream.resume(request, stopped=self.session.stopped)
+        released: asyncio.Future[None] = self._loop.create_future()
+        attach.set_result(_Attach(port, first, released))
+        return released
+
+    def _reattach(self, attach: _Attach) -> None:
+        if not self._released.done():
+            self._released.set_result(None)  # the old socket's handler may finish
+        self._released = attach.released
+        self.ws = attach.port
+        self._first = attach.first
+        log.info("session %s: resumed", self.session.session_id)
+        _, results, _ = self._tasks
+        self._tasks = [
+            asyncio.create_task(self._read(), name="read"),
+            results,
+            asyncio.create_task(self._write(), name="write"),
+        ]
+        self._stepped.set()
 
     async def _finish_for_followers(self) -> None:
         """The client ended its stream and left at once (Twilio closes right after `stop`):
@@ -190,6 +311,10 @@ class Connection:
                 # read its error and close, so the socket keeps draining until it closes.
                 self._extend_drop_grace()
                 continue
+            if isinstance(message, bytes) and self._resuming is not None:
+                message = self._resuming.stream.trim(message)
+                if not message:
+                    continue  # resent audio the stream already has
             ok = self._step(partial(self._receive, message))
             if self._vad_pump is not None:
                 self._vad_pump.notify(self)
@@ -235,6 +360,10 @@ class Connection:
 
     def _receive(self, message: str | bytes) -> None:
         self._feed(self.codec.decode(message))
+        if self._resuming is not None and self._configured:
+            acked = self._resuming.stream.ack(self._sample_rate)
+            if acked is not None:
+                self._outbox.put(acked)
 
     def _feed(self, commands: Sequence[Command]) -> None:
         now = self._loop.time()
@@ -301,7 +430,9 @@ class Connection:
     async def _write(self) -> None:
         try:
             while True:
-                event = await self._outbox.get()
+                event = self._first.pop(0) if self._first else await self._outbox.get()
+                if self._resuming is not None:
+                    self._resuming.stream.handed(event)
                 for frame in self.codec.encode(event):
                     await self.ws.send(frame)
                 if isinstance(event, Ended):
@@ -344,7 +475,9 @@ class Connection:
             # A refused publication aborts the session, which may add events and requests.
             while events := self.session.events_to_send():
                 for event in events:
-                    if not self.ws.closed:  # a client gone after `stop` reads nothing more
+                    # A client gone after `stop` reads nothing more; one gone mid-stream
+                    # may come back for what it missed.
+                    if not self.ws.closed or self._resumable_now:
                         self._outbox.put(event)
                     self._publish(event)
                 self._submit_requests()
@@ -396,10 +529,17 @@ class Connection:
         for event in held:
             publisher.event(event)
 
+    @property
+    def _resumable_now(self) -> bool:
+        return self._resuming is not None and self._resuming.stream.resumable
+
     def _publish(self, event: SessionEvent) -> None:
         """Followers get every event the client gets; a taken stream id ends the session."""
         if isinstance(event, Configured):
             self._configured = True
+            self._sample_rate = event.audio.sample_rate
+            if self._resuming is not None:
+                self._resuming.stream.configured(event)
         if isinstance(event, Ended):
             self._ended.set()
             self._settled.set()

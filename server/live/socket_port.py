@@ -38,6 +38,7 @@ class SocketPort:
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
         self._closed = False
+        self._unread: list[str | bytes] = []  # read ahead, then put back (`unread`)
         self._transport: asyncio.BaseTransport | None = websocket.scope.get("extensions", {}).get(
             TRANSPORT_KEY
         )
@@ -54,6 +55,8 @@ class SocketPort:
 
     async def recv(self) -> str | bytes:
         """The next message; raises ClientGone once the client has closed."""
+        if self._unread:
+            return self._unread.pop()
         if self._closed:
             raise ClientGone
         message = await self._ws.receive()
@@ -64,6 +67,10 @@ class SocketPort:
         if data is None:
             data = message.get("bytes") or b""
         return data
+
+    def unread(self, message: str | bytes) -> None:
+        """Put a message back: the next `recv` returns it."""
+        self._unread.append(message)
 
     async def send(self, frame: str | bytes) -> None:
         """Send one message, waiting while the client's socket is full."""

@@ -7,9 +7,9 @@ the session core's.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from engine.types import MAX_HOTWORDS, Hotword
 from streaming.audio.decoder import AudioFormat
@@ -27,10 +27,12 @@ from streaming.commands import (
 from streaming.errors import (
     InvalidFieldError,
     ProtocolError,
+    ResumeRefusedError,
     StateError,
     UnknownMessageTypeError,
 )
 from streaming.events import (
+    Acked,
     Cleared,
     Committed,
     Configured,
@@ -40,6 +42,7 @@ from streaming.events import (
     Final,
     Marked,
     Partial,
+    Resumed,
     SessionEvent,
     SpeechStarted,
     SpeechStopped,
@@ -82,9 +85,10 @@ class StartMessage:
     max_speakers: int | None = None  # at most this many speakers told apart
     min_speakers: int | None = None  # at least this many (where clustered at the end)
     confidence: bool | None = None  # tokens, words and finals scored; None: --confidence
+    resume: ResumeRequest | None = None  # take up a dropped stream (see `ResumeRequest`)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in START_FIELDS}
+        out = {name: getattr(self, name) for name in START_FIELDS if name != "resume"}
         out["channel_labels"] = list(self.channel_labels)
         out["hotwords"] = hotwords_json(self.hotwords)
         out["redact"] = sorted(p.value for p in self.redact)
@@ -158,6 +162,7 @@ START_FIELDS: Mapping[str, type] = {
     "max_speakers": int,
     "min_speakers": int,
     "confidence": bool,
+    "resume": dict,  # read by `_resume`
 }
 CHOICES: Mapping[str, tuple[Any, ...]] = {
     "language": CLIENT_LANGUAGES,
@@ -191,6 +196,8 @@ def parse_client_text(text: str) -> ClientMessage:
 
 def _parse_start(obj: dict[str, Any]) -> StartMessage:
     _reject_unknown(obj, tuple(START_FIELDS), "start")
+    if "resume" in obj:
+        return StartMessage(resume=_resume(obj.pop("resume"), obj))
     hotwords = _hotwords(obj.pop("hotwords", []))
     redact = redact_policies(obj.pop("redact", []), "start.redact")
     for name, value in obj.items():
@@ -212,6 +219,39 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
     # Audio fields, labels and stream id are checked by the command's own types, in one place.
     start.to_command()
     return start
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRequest:
+    """`start.resume`: the token `ready` gave, the sample (frames at the stream's rate,
+    from its start) the client's audio resumes from, and the last final it received (its
+    `utt_id`; None: none), so that it gets every later final once."""
+
+    token: str
+    samples: int
+    last_utt_id: int | None = None
+
+
+def _resume(value: object, rest: Mapping[str, Any]) -> ResumeRequest:
+    """start.resume, which takes the stream up as it was configured: nothing else may be
+    in that start."""
+    if rest:
+        raise InvalidFieldError("a start that resumes takes no other fields")
+    if not isinstance(value, dict):
+        raise InvalidFieldError("start.resume must be an object")
+    _reject_unknown(value, ("token", "samples", "last_utt_id"), "start.resume")
+    token, samples, last = value.get("token"), value.get("samples"), value.get("last_utt_id")
+    if not isinstance(token, str) or not token:
+        raise InvalidFieldError("start.resume.token must be the token `ready` gave")
+    if not _whole(samples) or samples < 0:
+        raise InvalidFieldError("start.resume.samples must be a whole number >= 0")
+    if last is not None and (not _whole(last) or last < 0):
+        raise InvalidFieldError("start.resume.last_utt_id must be a whole number >= 0 or null")
+    return ResumeRequest(token, samples, last)
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _hotwords(value: object) -> tuple[Hotword, ...]:
@@ -254,7 +294,11 @@ def ready_config(event: Configured) -> dict[str, Any]:
         "redact_mask": options.redact.mask,
         "end_silence_ms": options.turns.end_silence_ms,
     }
-    return {name: values.get(name, getattr(options, name, None)) for name in START_FIELDS}
+    return {
+        name: values.get(name, getattr(options, name, None))
+        for name in START_FIELDS
+        if name != "resume"  # how a connection takes a stream up, not a setting of it
+    }
 
 
 def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, Any] | None:
@@ -284,6 +328,11 @@ def event_to_dict(event: SessionEvent, labels: Sequence[str] = ()) -> dict[str, 
             head.update(type="error", code=event.code, message=event.message)
         case Ended():
             head.update(type="end")
+        case Acked():
+            head.update(type="ack", samples=event.samples)
+        case Resumed():
+            head.update(type="resumed", samples=event.samples)
+            head.update(resume_token=event.resume_token, stopped=event.stopped)
         case SpeechStopped() | Cleared() | Marked():
             return None
     channel = getattr(event, "channel", None)
@@ -332,12 +381,20 @@ def dump(obj: Mapping[str, Any]) -> str:
 
 
 class V1Codec:
-    """Protocol v1 for one connection: an optional `start`, binary audio, `stop`."""
+    """Protocol v1 for one connection: an optional `start`, binary audio, `stop`.
+
+    With resuming on, the server sets `resume_token_for` (stream id → token): `ready`
+    then carries the stream's token. The codec counts the audio bytes it has taken, which
+    the server acknowledges as samples.
+    """
 
     def __init__(self, limits: SessionLimits) -> None:
         self._limits = limits
         self._started = False  # a start or audio has arrived: start may not come again
         self._labels: tuple[str, ...] = ()  # the stream's channel labels, once configured
+        self.resume_token_for: Callable[[str], str] | None = None
+        self.audio_bytes = 0  # every binary frame taken, as sent
+        self.bytes_per_frame = AudioFormat().bytes_per_frame  # the default start's, till one
 
     @property
     def max_message_bytes(self) -> int:
@@ -355,6 +412,7 @@ class V1Codec:
         if isinstance(message, bytes):
             self._limits.check_frame(len(message), binary=True)
             self._started = True
+            self.audio_bytes += len(message)
             return (Audio(message),)
         limit = self._limits.max_text_bytes
         size = len(message) if len(message) > limit else len(message.encode())
@@ -367,13 +425,26 @@ class V1Codec:
             return (Cut(),)
         if self._started:
             raise StateError("start may only be sent once, before any audio")
+        if parsed.resume is not None:
+            # The server takes a resume before a codec sees it, when it resumes at all.
+            raise ResumeRefusedError("this server does not resume streams (--resume-grace-s 0)")
         self._started = True
         return (parsed.to_command(),)
 
+    @property
+    def samples_taken(self) -> int:
+        """The audio taken so far, in frames at the stream's rate (all its channels)."""
+        return self.audio_bytes // self.bytes_per_frame
+
     def encode(self, event: SessionEvent) -> Sequence[Frame]:
+        obj = event_to_dict(event, self._labels)
         if isinstance(event, Configured):
             self._labels = event.channel_labels
-        obj = event_to_dict(event, self._labels)
+            self.bytes_per_frame = event.audio.bytes_per_frame
+            obj = event_to_dict(event, self._labels)
+            # A multichannel stream is not resumed (yet): its finals count per channel.
+            if obj is not None and self.resume_token_for is not None and not event.multichannel:
+                obj["resume_token"] = self.resume_token_for(event.stream_id)
         return () if obj is None else (dump(obj),)
 
     def is_fatal(self, error: ProtocolError) -> bool:

@@ -18,10 +18,12 @@ from streaming.errors import (
     InvalidFieldError,
     MalformedMessageError,
     ProtocolError,
+    ResumeRefusedError,
     StateError,
     UnknownMessageTypeError,
 )
 from streaming.events import (
+    Acked,
     Cleared,
     Committed,
     Configured,
@@ -30,6 +32,7 @@ from streaming.events import (
     Failed,
     Final,
     Partial,
+    Resumed,
     SpeakerTurn,
     SpeechStarted,
     SpeechStopped,
@@ -38,6 +41,7 @@ from streaming.events import (
 from streaming.limits import MAX_TEXT_BYTES_CEILING, SessionLimits
 from streaming.protocols.caps import MAX_REDACT_ITEMS
 from streaming.protocols.v1.codec import (
+    ResumeRequest,
     StartMessage,
     StopMessage,
     V1Codec,
@@ -365,3 +369,51 @@ def test_confidence_is_a_stream_option() -> None:
     assert isinstance(plain, StartMessage) and plain.to_command().options.confidence is None
     with pytest.raises(InvalidFieldError, match="confidence"):
         parse_client_text('{"type":"start","confidence":1}')
+
+
+def test_a_resuming_start_names_its_token_position_and_last_final_and_nothing_else() -> None:
+    msg = parse_client_text(
+        '{"type":"start","resume":{"token":"rs_a.b","samples":16000,"last_utt_id":3}}'
+    )
+    assert isinstance(msg, StartMessage) and msg.resume == ResumeRequest("rs_a.b", 16000, 3)
+    plain = parse_client_text('{"type":"start","resume":{"token":"rs_a.b","samples":0}}')
+    assert isinstance(plain, StartMessage) and plain.resume == ResumeRequest("rs_a.b", 0, None)
+    for bad in (
+        '"resume":{"token":"t","samples":-1}',
+        '"resume":{"token":"t","samples":true}',
+        '"resume":{"token":"","samples":0}',
+        '"resume":{"token":"t","samples":0,"last_utt_id":-2}',
+        '"resume":{"token":"t","samples":0,"at":1}',
+        '"resume":"rs_a.b"',
+        '"resume":{"token":"t","samples":0},"language":"en"',
+    ):
+        with pytest.raises(InvalidFieldError):
+            parse_client_text('{"type":"start",' + bad + "}")
+
+
+def test_a_codec_refuses_a_resume_the_server_did_not_take_and_counts_the_audio() -> None:
+    c = codec()
+    with pytest.raises(ResumeRefusedError, match="does not resume"):
+        c.decode('{"type":"start","resume":{"token":"rs_a.b","samples":0}}')
+    c = codec()
+    c.decode(b"\0" * 3200)
+    c.decode(b"\0" * 3201)
+    assert c.audio_bytes == 6401 and c.samples_taken == 3200
+
+
+def test_ready_carries_the_resume_token_for_the_client_alone_and_acks_are_v1_events() -> None:
+    c = codec()
+    c.resume_token_for = lambda stream_id: f"rs_{stream_id}"
+    configured = Configured("s1", AudioFormat(), StreamOptions(), "m", False, stream_id="call")
+    (ready,) = c.encode(configured)
+    assert json.loads(ready)["resume_token"] == "rs_call"
+    assert "resume_token" not in json.loads(dump_event(configured))  # what followers get
+    assert json.loads(dump_event(Acked(48000))) == {"v": 1, "type": "ack", "samples": 48000}
+    resumed = json.loads(dump_event(Resumed(48000, "rs_next", True)))
+    assert resumed == {
+        "v": 1,
+        "type": "resumed",
+        "samples": 48000,
+        "resume_token": "rs_next",
+        "stopped": True,
+    }

@@ -1,0 +1,162 @@
+"""A v1 stream that survives dropped connections: reconnect with back-off and resume.
+
+The server's `ready` gives a resume token, and its `ack`s say how much audio it has
+taken. When the connection drops before `end`, `resumable_session` connects again, sends
+`start` with `resume` (the token, the last sample acknowledged, the last final received)
+and resends the audio from that sample; the server sends `resumed` and every final the
+client missed, once. Each drop and its gap are recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from sensestream.client import (
+    BYTES_PER_SECOND,
+    MAX_MESSAGE_BYTES,
+    OPEN_TIMEOUT_S,
+    STOP,
+    ClientError,
+    Event,
+    refusal,
+)
+
+#: Why a connection ended that another may mend (a refusal or a bad URL will not mend).
+DROPPED = (ConnectionClosed, OSError, TimeoutError, InvalidHandshake)
+
+
+@dataclass
+class Resumable:
+    """What a resumable session saw: every event in order, across its connections, and
+    each gap (when the drop was seen, when the stream was resumed)."""
+
+    events: list[Event] = field(default_factory=list)
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    token: str | None = None
+    acked: int = 0  # samples the server has taken, by its last `ack`
+    last_utt_id: int | None = None
+    ended: bool = False
+    dropped_at: float | None = None  # when the current gap began
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def take(self, event: Event) -> None:
+        kind = event.get("type")
+        if kind in ("ready", "resumed"):
+            self.token = event.get("resume_token", self.token)
+        if kind == "resumed" and self.dropped_at is not None:
+            self.gaps.append((self.dropped_at, time.monotonic()))
+            self.dropped_at = None
+        if kind == "ack":
+            self.acked = int(event["samples"])
+        if kind == "final":
+            self.last_utt_id = int(event["utt_id"])
+        if kind == "end":
+            self.ended = True
+        self.events.append(event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the session sends: its start, its audio, in frames of `chunk` bytes, at
+    `speed` x real time (0: as fast as the server takes it)."""
+
+    start: Mapping[str, Any] | None
+    audio: bytes
+    chunk: int
+    speed: float
+
+
+async def resumable_session(
+    url: str,
+    audio: bytes,
+    *,
+    start: Mapping[str, Any] | None = None,
+    chunk: int = 3200,
+    speed: float = 0.0,
+    headers: Mapping[str, str] | None = None,
+    retries: int = 8,
+    backoff_s: float = 0.1,
+) -> Resumable:
+    """Stream s16le mono `audio` (`chunk`-byte frames, `speed` x real time; 0: as fast as
+    the server takes it), resuming after each drop, up to `retries` in a row."""
+    plan = _Plan(start, audio, chunk, speed)
+    seen = Resumable()
+    failures = 0
+    while not seen.ended:
+        try:
+            async with connect(
+                url,
+                additional_headers=dict(headers or {}),
+                compression=None,
+                max_size=MAX_MESSAGE_BYTES,
+                open_timeout=OPEN_TIMEOUT_S,
+            ) as ws:
+                failures = 0
+                await _serve(ws, plan, seen)
+        except InvalidStatus as exc:
+            raise refusal(exc) from exc
+        except DROPPED as exc:
+            if seen.dropped_at is None:
+                seen.dropped_at = time.monotonic()
+            failures += 1
+            if seen.token is None or failures > retries:
+                raise ClientError("dropped", f"the stream could not be resumed: {exc}") from exc
+            await asyncio.sleep(backoff_s * 2 ** min(failures - 1, 6))
+    return seen
+
+
+async def _serve(ws: ClientConnection, plan: _Plan, seen: Resumable) -> None:
+    """One connection: start (or resume), send the audio from where the server has it,
+    read until the server closes; raises ConnectionClosed when it drops first."""
+    resuming = seen.token is not None
+    if seen.token is None:
+        await ws.send(json.dumps(dict(plan.start or {"type": "start"})))
+        position = 0
+    else:
+        resume = {"token": seen.token, "samples": seen.acked, "last_utt_id": seen.last_utt_id}
+        await ws.send(json.dumps({"type": "start", "resume": resume}))
+        position = seen.acked * 2
+    # A resume sends nothing until `resumed` says whether the stream still wants audio.
+    go = asyncio.Event()
+    if not resuming:
+        go.set()
+    sender = asyncio.create_task(_send_from(ws, plan, position, go))
+    try:
+        async for message in ws:
+            event = json.loads(message)
+            seen.take(event)
+            if event["type"] == "resumed":
+                if event.get("stopped"):
+                    sender.cancel()  # it has all the audio and the stop
+                go.set()
+            if event["type"] == "error" and event.get("code") == "resume_refused":
+                raise ClientError("resume_refused", event.get("message", ""))
+        if not seen.ended:
+            raise ConnectionClosed(None, None)  # closed without `end`: dropped
+    finally:
+        sender.cancel()
+
+
+async def _send_from(ws: ClientConnection, plan: _Plan, position: int, go: asyncio.Event) -> None:
+    await go.wait()
+    chunk = plan.chunk
+    step = chunk / BYTES_PER_SECOND / plan.speed if plan.speed > 0 else 0.0
+    t0 = time.monotonic()
+    try:
+        for i, offset in enumerate(range(position, len(plan.audio), chunk)):
+            if step:
+                await asyncio.sleep(max(0.0, t0 + i * step - time.monotonic()))
+            await ws.send(plan.audio[offset : offset + chunk])
+        await ws.send(STOP)
+    except ConnectionClosed:
+        pass  # the reader sees the drop

@@ -1,0 +1,130 @@
+"""Resuming at the WebSocket route: a v1 connection whose first message is a `start` with
+`resume` takes a parked stream up instead of opening a new one.
+
+The app asks `take_up` before it admits a new session; anything else the first message
+says goes back to the socket, for the new session's codec to read as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from server.live.connection import Connection, Resuming
+from server.live.socket_port import ClientGone, SocketPort
+from server.resume import tokens
+from server.resume.parked import ParkedStreams
+from server.resume.stream import Resumption
+from server.resume.tokens import ResumeClaim, ResumeRefusal
+from streaming.errors import ProtocolError, ResumeRefusedError, SessionLimitError
+from streaming.events import ErrorEvent
+from streaming.protocols.v1.codec import (
+    ResumeRequest,
+    StartMessage,
+    V1Codec,
+    parse_client_text,
+)
+
+log = logging.getLogger("sensestream.resume")
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePolicy:
+    """Whether and how this worker's v1 streams resume: the grace a dropped stream waits
+    (0: streams end when their client goes, as before), the longest a stream may live
+    (its token's life, with the grace), and the host's token secret."""
+
+    grace_s: float
+    max_session_s: float
+    secret: bytes
+
+    @property
+    def on(self) -> bool:
+        return self.grace_s > 0
+
+
+class Resumes:
+    """One worker's resumable streams: what each new stream is given, and resumes."""
+
+    def __init__(self, policy: ResumePolicy) -> None:
+        self.policy = policy
+        self.parked: ParkedStreams[Connection] = ParkedStreams()
+
+    def resuming(self, codec: V1Codec, tenant: str, session_id: str) -> Resuming | None:
+        """What a new v1 stream keeps for resuming (None when resuming is off)."""
+        if not self.policy.on:
+            return None
+        policy = self.policy
+
+        def token_for(stream_id: str) -> str:
+            now = int(time.time())
+            expires = now + int(policy.max_session_s + policy.grace_s)
+            claim = ResumeClaim(tenant, stream_id, session_id, now, expires)
+            return tokens.issue(policy.secret, claim)
+
+        return Resuming(self.parked, policy.grace_s, Resumption(codec, token_for))
+
+    async def take_up(
+        self, port: SocketPort, codec: V1Codec, tenant: str, idle_timeout_s: float
+    ) -> bool:
+        """Read the connection's first message: True when it was a resume, served here
+        until the stream is done with this socket (or refused); else it is put back."""
+        try:
+            first = await asyncio.wait_for(port.recv(), idle_timeout_s)
+        except TimeoutError:
+            await _refuse(port, codec, SessionLimitError(f"no audio for {idle_timeout_s:.0f} s"))
+            return True
+        except ClientGone:
+            return True
+        request = _resume_request(first)
+        if request is None:
+            port.unread(first)
+            return False
+        try:
+            released = self._resume(port, request, tenant)
+        except ResumeRefusedError as exc:
+            log.info("resume refused: %s", exc)
+            await _refuse(port, codec, exc)
+            return True
+        await released
+        return True
+
+    def _resume(
+        self, port: SocketPort, request: ResumeRequest, tenant: str
+    ) -> asyncio.Future[None]:
+        verdict = tokens.verify(self.policy.secret, request.token, tenant, time.time())
+        if isinstance(verdict, ResumeRefusal):
+            raise ResumeRefusedError(str(verdict))
+        conn = self.parked.take(verdict.session_id)
+        if conn is None:
+            raise ResumeRefusedError(
+                "the stream is not waiting to be resumed here: it ended, its grace ran out, "
+                "or another worker holds it"
+            )
+        try:
+            return conn.resume(port, request)
+        except ResumeRefusedError:
+            self.parked.park(verdict.session_id, conn)  # unharmed: it waits on
+            raise
+
+
+def _resume_request(message: str | bytes) -> ResumeRequest | None:
+    """The resume a first message asks for, if it is a well-formed start that resumes."""
+    if not isinstance(message, str) or '"resume"' not in message:
+        return None
+    try:
+        parsed = parse_client_text(message)
+    except ProtocolError:
+        return None  # the new session's codec says what is wrong with it
+    return parsed.resume if isinstance(parsed, StartMessage) else None
+
+
+async def _refuse(port: SocketPort, codec: V1Codec, error: ProtocolError) -> None:
+    try:
+        for frame in codec.encode(ErrorEvent(error.code, str(error))):
+            await port.send(frame)
+    except ClientGone:
+        return
+    await port.close(error.close_code, error.code)

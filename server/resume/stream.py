@@ -1,0 +1,79 @@
+"""One v1 stream's side of resuming: what its connection keeps so that a client whose
+socket dropped can take the stream up on a new one, with every final exactly once.
+
+Sans-I/O: the connection calls it as frames go out and come in. It keeps the finals (and
+the errors that take a failed utterance's place) most recently handed to the socket, as
+any of them may have been lost with it; acknowledges the audio taken, about once a
+second; and, on a resume, checks where the client's resent audio begins and trims what
+the stream already has.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from streaming.errors import ResumeRefusedError
+from streaming.events import Acked, Configured, Failed, Final, Resumed, SessionEvent
+from streaming.protocols.v1.codec import ResumeRequest, V1Codec
+
+#: Finals kept for a resuming client: more than a grace period's worth of utterances.
+REPLAY_FINALS = 256
+#: Audio acknowledged about this often (seconds of the stream's audio).
+ACK_EVERY_S = 1.0
+
+
+class Resumption:
+    """A resumable stream's replay log, acknowledgements and resent-audio trim."""
+
+    def __init__(self, codec: V1Codec, token_for: Callable[[str], str]) -> None:
+        self.codec = codec
+        self._token_for = token_for
+        codec.resume_token_for = token_for
+        self.stream_id = ""  # known once configured
+        self.resumable = False  # configured, with one channel (finals count per channel)
+        self._sent: deque[Final | Failed] = deque(maxlen=REPLAY_FINALS)
+        self._acked = 0
+        self._skip_bytes = 0  # of the resent audio, what the stream already has
+
+    def configured(self, event: Configured) -> None:
+        self.stream_id = event.stream_id
+        self.resumable = not event.multichannel
+
+    def handed(self, event: SessionEvent) -> None:
+        """An event is being written to the socket (which may drop it unread)."""
+        if isinstance(event, Final | Failed):
+            self._sent.append(event)
+
+    def ack(self, sample_rate: int) -> Acked | None:
+        """An acknowledgement, when a second or more of audio came since the last."""
+        taken = self.codec.samples_taken
+        if taken - self._acked < ACK_EVERY_S * sample_rate:
+            return None
+        self._acked = taken
+        return Acked(taken)
+
+    def resume(self, request: ResumeRequest, *, stopped: bool) -> list[SessionEvent]:
+        """Take a client's resume: `resumed`, then the finals handed out after the last it
+        got; raises ResumeRefusedError when its audio would leave a gap. `stopped`: the
+        stream has had its `stop` (the client sends nothing more)."""
+        taken = self.codec.samples_taken
+        if request.samples > taken:
+            raise ResumeRefusedError(
+                f"start.resume.samples is {request.samples}, but the stream has {taken} "
+                "samples of audio: resend from at most that"
+            )
+        self._skip_bytes = (taken - request.samples) * self.codec.bytes_per_frame
+        self._acked = request.samples
+        last = request.last_utt_id
+        owed = [e for e in self._sent if last is None or e.utt_id > last]
+        return [Resumed(taken, self._token_for(self.stream_id), stopped), *owed]
+
+    def trim(self, message: bytes) -> bytes:
+        """Resent audio, less what the stream already took before the drop."""
+        if self._skip_bytes <= 0:
+            return message
+        cut = min(self._skip_bytes, len(message))
+        self._skip_bytes -= cut
+        # Counted once: the codec counts what it is given.
+        return message[cut:]

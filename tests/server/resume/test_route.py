@@ -1,0 +1,151 @@
+"""Resuming v1 streams end to end: a client whose connection is cut, again and again,
+through a loopback proxy, gets exactly the finals of an uncut run, each once; bad resumes
+get a typed error and leave the stream unharmed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from sensestream.client import run_session
+from sensestream.resuming import resumable_session
+from tests.server.served import served
+from tests.speech import Clip, to_s16le
+from tools.cutting_proxy import CuttingProxy
+
+SR = 16000
+START = {"type": "start", "pace": "replay", "language": "en"}
+
+
+@pytest.fixture(scope="module")
+def speech(speech_clips: list[Clip]) -> bytes:
+    """About a minute of English sentences, each followed by a second of quiet."""
+    english = [c.audio for c in speech_clips if c.name.startswith("en")] or [
+        c.audio for c in speech_clips
+    ]
+    parts: list[np.ndarray] = []
+    while sum(len(p) for p in parts) < 60 * SR:
+        for audio in english:
+            parts += [audio, np.zeros(SR, np.float32)]
+    return to_s16le(np.concatenate(parts))
+
+
+def finals(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    return [(e["utt_id"], e["text"]) for e in events if e["type"] == "final"]
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+
+
+async def cut_now_and_then(proxy: CuttingProxy, times: int, within_s: float, seed: int) -> None:
+    rng = random.Random(seed)
+    moments = sorted(rng.uniform(0.2, within_s) for _ in range(times))
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for moment in moments:
+        await asyncio.sleep(max(0.0, t0 + moment - loop.time()))
+        proxy.cut()
+
+
+def test_a_stream_cut_five_times_gets_the_finals_of_an_uncut_run_each_once(
+    tiny_model_dir: Path, speech: bytes
+) -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], Any, int]:
+        async with served(tiny_model_dir, "1", resume_grace_s=30) as url:
+            uncut = await run_session(url, speech, start=START, speed=10.0, pace=None)
+            async with CuttingProxy(port_of(url)).running() as proxy:
+                via = url.replace(f":{port_of(url)}/", f":{proxy.port}/")
+                cutter = asyncio.create_task(cut_now_and_then(proxy, 5, 5.0, seed=7))
+                cut = await resumable_session(via, speech, start=START, speed=10.0)
+                await cutter
+                return uncut.events, cut, proxy.cuts
+
+    uncut, cut, cuts = asyncio.run(scenario())
+    assert cuts == 5 and len(cut.gaps) >= 3  # cuts between connections find nothing open
+    expected = finals(uncut)
+    assert len(expected) >= 10
+    assert finals(cut.events) == expected  # none missing, none twice, in order
+    assert cut.ended and len(cut.of("resumed")) == len(cut.gaps)
+    assert cut.of("ack") and all(e["samples"] > 0 for e in cut.of("ack"))
+
+
+def test_bad_resumes_are_refused_and_the_stream_they_name_goes_on(
+    tiny_model_dir: Path, speech: bytes
+) -> None:
+    async def first_connection(url: str) -> dict[str, Any]:
+        """A stream whose client reads its token and acks, then vanishes mid-stream."""
+        ws = await connect(url)
+        await ws.send(json.dumps(START))
+        ready = json.loads(await ws.recv())
+        for offset in range(0, 5 * 2 * SR, 3200):
+            await ws.send(speech[offset : offset + 3200])
+        acked = 0
+        while acked == 0:
+            event = json.loads(await ws.recv())
+            acked = event["samples"] if event["type"] == "ack" else 0
+        ws.transport.abort()
+        return {"token": ready["resume_token"], "acked": acked}
+
+    async def attempt(url: str, resume: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "start", "resume": resume}))
+            event = json.loads(await ws.recv())
+            await asyncio.sleep(0.1)
+            with_code = ws.close_code
+            return event, with_code
+
+    async def scenario() -> dict[str, Any]:
+        async with served(tiny_model_dir, "1", resume_grace_s=30) as url:
+            got = await first_connection(url)
+            token, acked = got["token"], got["acked"]
+            forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+            out = {
+                "forged": await attempt(url, {"token": forged, "samples": acked}),
+                "ahead": await attempt(url, {"token": token, "samples": 10**9}),
+            }
+            # The stream is unharmed: the right resume takes it up and it ends as usual.
+            async with connect(url) as ws:
+                resume = {"token": token, "samples": acked, "last_utt_id": None}
+                await ws.send(json.dumps({"type": "start", "resume": resume}))
+                resumed = json.loads(await ws.recv())
+                await ws.send(speech[acked * 2 : 8 * 2 * SR])
+                await ws.send(json.dumps({"type": "stop"}))
+                rest = [json.loads(m) async for m in ws]
+            out["resumed"], out["rest"] = resumed, rest
+            return out
+
+    out = asyncio.run(scenario())
+    for name in ("forged", "ahead"):
+        event, code = out[name]
+        assert event["type"] == "error" and event["code"] == "resume_refused", name
+        assert code == 1008, name
+    assert "not one this server signed" in out["forged"][0]["message"]
+    assert "resend from at most" in out["ahead"][0]["message"]
+    resumed = out["resumed"]
+    assert resumed["type"] == "resumed" and resumed["samples"] >= 0 and resumed["resume_token"]
+    assert out["rest"][-1]["type"] == "end"
+
+
+def test_without_a_grace_a_resume_is_refused_and_ready_gives_no_token(tiny_model_dir: Path) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with served(tiny_model_dir, "1") as url:  # --resume-grace-s 0, the default
+            async with connect(url) as ws:
+                await ws.send(json.dumps(START))
+                ready = json.loads(await ws.recv())
+            async with connect(url) as ws:
+                resume = {"token": "rs_x.y", "samples": 0}
+                await ws.send(json.dumps({"type": "start", "resume": resume}))
+                refused = json.loads(await ws.recv())
+            return ready, refused
+
+    ready, refused = asyncio.run(scenario())
+    assert ready["type"] == "ready" and "resume_token" not in ready
+    assert refused["code"] == "resume_refused" and "does not resume" in refused["message"]

@@ -1,0 +1,73 @@
+"""A resumable stream's side of a resume: acknowledgements about once a second of audio,
+the finals handed out kept for a client that lost them, and the resent audio trimmed to
+what the stream does not have."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.types import Transcript
+from server.resume.stream import Resumption
+from streaming.audio.decoder import AudioFormat
+from streaming.commands import StreamOptions
+from streaming.errors import ResumeRefusedError
+from streaming.events import Acked, Configured, Failed, Final, Partial, Resumed
+from streaming.limits import SessionLimits
+from streaming.protocols.v1.codec import ResumeRequest, V1Codec
+
+
+def final(utt_id: int) -> Final:
+    return Final(utt_id, 0, 100, Transcript(f"u{utt_id}", "en", "neutral", "speech", True, ""))
+
+
+def stream() -> Resumption:
+    codec = V1Codec(SessionLimits())
+    resumption = Resumption(codec, lambda stream_id: f"token-for-{stream_id}")
+    configured = Configured("s1", AudioFormat(), StreamOptions(), "m", False, stream_id="call")
+    codec.encode(configured)
+    resumption.configured(configured)
+    return resumption
+
+
+def test_audio_is_acknowledged_about_once_a_second() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 15999)  # a sample short of a second
+    assert s.ack(16000) is None
+    s.codec.decode(b"\0\0")
+    assert s.ack(16000) == Acked(16000)
+    assert s.ack(16000) is None  # nothing new
+    s.codec.decode(b"\0" * 2 * 16000)
+    assert s.ack(16000) == Acked(32000)
+
+
+def test_a_resume_gets_the_finals_after_its_last_and_a_fresh_token() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 32000)
+    for event in (final(0), Partial(1, 0, 10, "x", 0), final(1), Failed(2, 0, 100, "oom", "no")):
+        s.handed(event)
+    out = s.resume(ResumeRequest("t", samples=16000, last_utt_id=0), stopped=False)
+    assert out == [
+        Resumed(32000, "token-for-call", False),
+        final(1),
+        Failed(2, 0, 100, "oom", "no"),
+    ]
+    everything = s.resume(ResumeRequest("t", samples=32000, last_utt_id=None), stopped=True)
+    assert everything[0] == Resumed(32000, "token-for-call", True)
+    assert everything[1:] == [final(0), final(1), Failed(2, 0, 100, "oom", "no")]
+
+
+def test_resent_audio_is_trimmed_to_what_the_stream_lacks() -> None:
+    s = stream()
+    s.codec.decode(b"\1" * 2 * 1000)
+    s.resume(ResumeRequest("t", samples=400, last_utt_id=None), stopped=False)
+    # 600 samples (1200 bytes) of the resent audio are already in the stream.
+    assert s.trim(b"\1" * 1000) == b""
+    assert s.trim(b"\1" * 200 + b"\2" * 100) == b"\2" * 100
+    assert s.trim(b"\3" * 10) == b"\3" * 10
+
+
+def test_a_resume_from_past_the_audio_taken_is_refused() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 1000)
+    with pytest.raises(ResumeRefusedError, match="at most that"):
+        s.resume(ResumeRequest("t", samples=1001, last_utt_id=None), stopped=False)
