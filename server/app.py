@@ -218,7 +218,8 @@ class App:
         secret = self._token_secret()
         self.credentials = Credentials(self.keys, secret)
         limits = config.limits
-        self.resumes = Resumes(ResumePolicy(limits.resume_grace_s, limits.max_session_s, secret))
+        policy = ResumePolicy(limits.resume_grace_s, limits.max_session_s, secret)
+        self.resumes = Resumes(policy, self.sessions.get)
         self.origins = config.listen.origin_policy()
         self.routes = websocket_routes()
         self.file_api = FileApi(self)

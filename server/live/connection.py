@@ -143,6 +143,7 @@ class Connection:
         self._attach: asyncio.Future[_Attach] | None = None
         self._first: list[SessionEvent] = []  # sent before the outbox (a resume's replay)
         self._released: asyncio.Future[None] = self._loop.create_future()  # the port's use
+        self._parked = asyncio.Event()  # set while parked (a takeover waits for it)
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects (and, for a resumable
@@ -228,6 +229,7 @@ class Connection:
         draining = asyncio.ensure_future(self._draining.wait())
         session_id = self.session.session_id
         resuming.parked.park(session_id, self)
+        self._parked.set()
         log.info("session %s: client gone, waiting %g s for it", session_id, resuming.grace_s)
         # A stream that ends meanwhile (its client had sent `stop`) waits no more: its
         # followers have had it all.
@@ -240,6 +242,7 @@ class Connection:
         finally:
             draining.cancel()
             settled.cancel()
+            self._parked.clear()
             resuming.parked.leave(session_id, self)
         attach, self._attach = self._attach, None
         if not attach.done():
@@ -247,6 +250,19 @@ class Connection:
             return False
         self._reattach(attach.result())
         return True
+
+    async def let_go(self, timeout_s: float) -> bool:
+        """A resume came while this stream still holds a socket (a silent network drop is
+        not seen until the socket times out): drop that socket now and wait for the stream
+        to park; whether it did."""
+        if self._resuming is None or self._finishing or self._dropping is not None:
+            return False
+        if not self._parked.is_set():
+            self.ws.abort()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._parked.wait()
+        return self._parked.is_set()
 
     def resume(self, port: SocketPort, request: ResumeRequest) -> asyncio.Future[None]:
         """Take a parked stream up on `port` (see `Resumption.resume`; raises

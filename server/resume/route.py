@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from server.live.connection import Connection, Resuming
@@ -45,12 +46,18 @@ class ResumePolicy:
         return self.grace_s > 0
 
 
-class Resumes:
-    """One worker's resumable streams: what each new stream is given, and resumes."""
+#: How long a resume waits for a stream that still held a socket to let go of it.
+LET_GO_S = 5.0
 
-    def __init__(self, policy: ResumePolicy) -> None:
+
+class Resumes:
+    """One worker's resumable streams: what each new stream is given, and resumes.
+    `live` finds a stream by its session id while it still holds a socket."""
+
+    def __init__(self, policy: ResumePolicy, live: Callable[[str], Connection | None]) -> None:
         self.policy = policy
         self.parked: ParkedStreams[Connection] = ParkedStreams()
+        self._live = live
 
     def resuming(self, codec: V1Codec, tenant: str, session_id: str) -> Resuming | None:
         """What a new v1 stream keeps for resuming (None when resuming is off)."""
@@ -83,7 +90,7 @@ class Resumes:
             port.unread(first)
             return False
         try:
-            released = self._resume(port, request, tenant)
+            released = await self._resume(port, request, tenant)
         except ResumeRefusedError as exc:
             log.info("resume refused: %s", exc)
             await _refuse(port, codec, exc)
@@ -91,13 +98,16 @@ class Resumes:
         await released
         return True
 
-    def _resume(
+    async def _resume(
         self, port: SocketPort, request: ResumeRequest, tenant: str
     ) -> asyncio.Future[None]:
         verdict = tokens.verify(self.policy.secret, request.token, tenant, time.time())
         if isinstance(verdict, ResumeRefusal):
             raise ResumeRefusedError(str(verdict))
         conn = self.parked.take(verdict.session_id)
+        live = self._live(verdict.session_id) if conn is None else None
+        if live is not None and await live.let_go(LET_GO_S):
+            conn = self.parked.take(verdict.session_id)
         if conn is None:
             raise ResumeRefusedError(
                 "the stream is not waiting to be resumed here: it ended, its grace ran out, "

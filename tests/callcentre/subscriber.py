@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -31,9 +32,14 @@ def follow_url(ws_url: str, stream_id: str, wait_s: float = 10.0) -> str:
 
 
 async def follow(
-    ws_url: str, stream_id: str, headers: dict[str, str] | None = None, wait_s: float = 10.0
+    ws_url: str,
+    stream_id: str,
+    headers: dict[str, str] | None = None,
+    wait_s: float = 10.0,
+    joined: asyncio.Event | None = None,
 ) -> Followed:
-    """Follow `stream_id` (waiting for it to start) until the server closes."""
+    """Follow `stream_id` (waiting for it to start) until the server closes; `joined` is
+    set at the first event (the follower is on the stream)."""
     seen = Followed()
     async with connect(
         follow_url(ws_url, stream_id, wait_s),
@@ -44,6 +50,8 @@ async def follow(
             async for message in ws:
                 seen.events.append(json.loads(message))
                 seen.times.append(time.monotonic())
+                if joined is not None:
+                    joined.set()
         except ConnectionClosed:
             pass
         seen.close_code = ws.close_code

@@ -181,10 +181,14 @@ def test_a_caller_that_vanishes_ends_its_followers_with_an_error(
     server: ServerProcess, call: Call
 ) -> None:
     async def scenario() -> Followed:
-        follower = asyncio.create_task(follow(server.url, "call-gone", AUTH))
+        joined = asyncio.Event()
+        follower = asyncio.create_task(follow(server.url, "call-gone", AUTH, joined=joined))
         async with connect(server.url, additional_headers=AUTH) as ws:
             await ws.send(start("call-gone"))
             await read_until(ws, "ready")
+            # On a busy host the follower's handshake may come late: a stream that ended
+            # before it arrived would be a 404, not the error this test is about.
+            await asyncio.wait_for(joined.wait(), 30)
             await ws.send(call.stereo()[: 2 * RATE])
         # Closed without stop: the caller is gone.
         return await follower

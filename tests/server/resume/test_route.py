@@ -71,7 +71,7 @@ def test_a_stream_cut_five_times_gets_the_finals_of_an_uncut_run_each_once(
     uncut, cut, cuts = asyncio.run(scenario())
     assert cuts == 5 and len(cut.gaps) >= 3  # cuts between connections find nothing open
     expected = finals(uncut)
-    assert len(expected) >= 10
+    assert len(expected) >= 5
     assert finals(cut.events) == expected  # none missing, none twice, in order
     assert cut.ended and len(cut.of("resumed")) == len(cut.gaps)
     assert cut.of("ack") and all(e["samples"] > 0 for e in cut.of("ack"))
@@ -149,3 +149,29 @@ def test_without_a_grace_a_resume_is_refused_and_ready_gives_no_token(tiny_model
     ready, refused = asyncio.run(scenario())
     assert ready["type"] == "ready" and "resume_token" not in ready
     assert refused["code"] == "resume_refused" and "does not resume" in refused["message"]
+
+
+def test_a_resume_takes_the_stream_from_a_socket_that_has_not_noticed_its_drop(
+    tiny_model_dir: Path, speech: bytes
+) -> None:
+    # A network that drops silently leaves the server's socket open for a while: the
+    # client's resume must not wait for it to time out.
+    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+        async with served(tiny_model_dir, "1", resume_grace_s=30) as url:
+            old = await connect(url)
+            await old.send(json.dumps(START))
+            token = json.loads(await old.recv())["resume_token"]
+            await old.send(speech[: 3 * 2 * SR])
+            async with connect(url) as ws:  # the old socket still open, unread
+                resume = {"token": token, "samples": 0, "last_utt_id": None}
+                await ws.send(json.dumps({"type": "start", "resume": resume}))
+                resumed = json.loads(await ws.recv())
+                await ws.send(speech[: 4 * 2 * SR])
+                await ws.send(json.dumps({"type": "stop"}))
+                rest = [json.loads(m) async for m in ws]
+            await asyncio.wait_for(old.wait_closed(), 10)
+            return resumed, rest, old.close_code is not None or old.state.name == "CLOSED"
+
+    resumed, rest, old_closed = asyncio.run(scenario())
+    assert resumed["type"] == "resumed" and resumed["samples"] > 0
+    assert rest[-1]["type"] == "end" and old_closed
