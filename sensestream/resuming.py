@@ -39,12 +39,16 @@ class Resumable:
     each gap (when the drop was seen, when the stream was resumed)."""
 
     events: list[Event] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # each event's arrival (monotonic)
     gaps: list[tuple[float, float]] = field(default_factory=list)
     token: str | None = None
     acked: int = 0  # samples the server has taken, by its last `ack`
     last_utt_id: int | None = None
     ended: bool = False
     dropped_at: float | None = None  # when the current gap began
+    sent_bytes: int = 0  # the furthest audio sent, over every connection
+    # For each resume, when the resent audio reached where the dropped connection had got.
+    caught_up: list[float] = field(default_factory=list)
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["type"] == kind]
@@ -63,6 +67,7 @@ class Resumable:
         if kind == "end":
             self.ended = True
         self.events.append(event)
+        self.times.append(time.monotonic())
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +135,9 @@ async def _serve(ws: ClientConnection, plan: _Plan, seen: Resumable) -> None:
     go = asyncio.Event()
     if not resuming:
         go.set()
-    sender = asyncio.create_task(_send_from(ws, plan, position, go))
+    sender = asyncio.create_task(
+        _send_from(ws, plan, position, go, seen=seen, behind=seen.sent_bytes if resuming else 0)
+    )
     try:
         async for message in ws:
             event = json.loads(message)
@@ -147,8 +154,22 @@ async def _serve(ws: ClientConnection, plan: _Plan, seen: Resumable) -> None:
         sender.cancel()
 
 
-async def _send_from(ws: ClientConnection, plan: _Plan, position: int, go: asyncio.Event) -> None:
+async def _send_from(
+    ws: ClientConnection,
+    plan: _Plan,
+    position: int,
+    go: asyncio.Event,
+    *,
+    seen: Resumable,
+    behind: int,
+) -> None:
+    """Send the audio from `position`, then `stop`; `behind`: where the dropped
+    connection had got (0: none), noted in `seen.caught_up` once the resend passes it."""
     await go.wait()
+    waiting = behind > 0  # for the resend to reach `behind`
+    if waiting and position >= behind:
+        seen.caught_up.append(time.monotonic())
+        waiting = False
     chunk = plan.chunk
     step = chunk / BYTES_PER_SECOND / plan.speed if plan.speed > 0 else 0.0
     t0 = time.monotonic()
@@ -157,6 +178,11 @@ async def _send_from(ws: ClientConnection, plan: _Plan, position: int, go: async
             if step:
                 await asyncio.sleep(max(0.0, t0 + i * step - time.monotonic()))
             await ws.send(plan.audio[offset : offset + chunk])
+            end = min(offset + chunk, len(plan.audio))
+            if waiting and end >= behind:
+                seen.caught_up.append(time.monotonic())
+                waiting = False
+            seen.sent_bytes = max(seen.sent_bytes, end)
         await ws.send(STOP)
     except ConnectionClosed:
         pass  # the reader sees the drop

@@ -1,0 +1,29 @@
+"""tools.bench.resume's arithmetic: the next final after each catch-up, and the summary."""
+
+from __future__ import annotations
+
+from sensestream.resuming import Resumable
+from tools.bench.resume import after_catch_up, summary
+
+
+def test_the_next_final_after_each_catch_up_is_timed_from_it() -> None:
+    seen = Resumable()
+    for kind, at in (("final", 1.0), ("resumed", 2.0), ("partial", 2.6), ("final", 3.5)):
+        seen.events.append({"type": kind})
+        seen.times.append(at)
+    seen.caught_up = [2.5, 4.0]  # the second has no final after it
+    assert after_catch_up(seen) == [1.0]
+
+
+def test_the_summary_pools_every_run() -> None:
+    runs = [
+        {
+            "finals_equal_uncut": True,
+            "drop_to_resumed_s": [0.1, 0.2],
+            "catch_up_to_next_final_s": [0.5],
+        },
+        {"finals_equal_uncut": False, "drop_to_resumed_s": [0.3], "catch_up_to_next_final_s": []},
+    ]
+    out = summary({"runs": runs})
+    assert out["resumes"] == 3 and out["runs_with_finals_equal_uncut"] == 1
+    assert out["drop_to_resumed_s"]["max"] == 0.3 and out["catch_up_to_next_final_s"]["p50"] == 0.5

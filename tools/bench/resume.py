@@ -1,0 +1,159 @@
+"""Resuming a stream after its connection drops: how soon the client is back, and how soon
+after its audio is resent the next final comes; and that the finals equal an uncut run's.
+
+A demo-model server (`--resume-grace-s 30`, one worker) hears about a minute of espeak
+sentences (a second of quiet after each), sent as a replay at `--speed` x real time, once
+straight and `--runs` times through a loopback proxy that cuts the connection at
+`--cuts` random moments (sensestream.resuming reconnects after 0.1 s, then resumes).
+Per resume: from the drop to `resumed`; from the moment the resent audio reached where
+the dropped connection had got, to the next final that arrives after it.
+
+The command line is scripts/bench_resume.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shlex
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sensestream.client import pcm16, run_session
+from sensestream.resuming import Resumable, resumable_session
+from tools.bench.common.cli import add_json, add_server_args, parser_for
+from tools.bench.common.output import machine, write_json
+from tools.cutting_proxy import CuttingProxy
+from tools.demo_model.texts import held_out
+from tools.spawn import ServerSpec, spawn
+from tools.speech import load, synthesize
+
+SR = 16000
+
+
+def speech(seconds: float, seed: int, folder: Path) -> bytes:
+    """Held-out demo sentences in one espeak voice, each followed by a second of quiet."""
+    parts: list[np.ndarray] = []
+    for sentence in held_out(seed, 200):
+        parts += [load(synthesize(sentence.spoken, "en-us", folder)), np.zeros(SR, np.float32)]
+        if sum(len(p) for p in parts) >= seconds * SR:
+            break
+    return pcm16(np.concatenate(parts))
+
+
+def finals(events: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
+    return [(e["utt_id"], e["text"]) for e in events if e["type"] == "final"]
+
+
+def after_catch_up(seen: Resumable) -> list[float]:
+    """For each resume: from its resent audio's catch-up to the next final after it."""
+    out = []
+    for caught in seen.caught_up:
+        later = [t for e, t in zip(seen.events, seen.times, strict=True) if e["type"] == "final"]
+        later = [t - caught for t in later if t >= caught]
+        if later:
+            out.append(later[0])
+    return out
+
+
+async def cut_run(url: str, audio: bytes, start: dict[str, Any], args: Any, seed: int) -> Resumable:
+    port = int(url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+    async with CuttingProxy(port).running() as proxy:
+        via = url.replace(f":{port}/", f":{proxy.port}/")
+        rng = random.Random(seed)
+        span = len(audio) / 2 / SR / args.speed
+        moments = sorted(rng.uniform(0.5, span) for _ in range(args.cuts))
+
+        async def cutter() -> None:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            for moment in moments:
+                await asyncio.sleep(max(0.0, t0 + moment - loop.time()))
+                proxy.cut()
+
+        task = asyncio.create_task(cutter())
+        seen = await resumable_session(via, audio, start=start, speed=args.speed)
+        task.cancel()
+        return seen
+
+
+async def measure(url: str, audio: bytes, args: Any) -> dict[str, Any]:
+    start = {"type": "start", "pace": "replay", "language": "en"}
+    uncut = await run_session(url, audio, start=start, speed=args.speed, pace=None)
+    expected = finals(uncut.events)
+    runs = []
+    for k in range(args.runs):
+        seen = await cut_run(url, audio, start, args, args.seed + k)
+        runs.append(
+            {
+                "resumes": len(seen.gaps),
+                "finals_equal_uncut": finals(seen.events) == expected,
+                "drop_to_resumed_s": [round(b - a, 3) for a, b in seen.gaps],
+                "catch_up_to_next_final_s": [round(v, 3) for v in after_catch_up(seen)],
+            }
+        )
+        print(runs[-1], flush=True)
+    return {"finals_uncut": len(expected), "runs": runs}
+
+
+def summary(measured: dict[str, Any]) -> dict[str, Any]:
+    runs = measured["runs"]
+    back = [v for r in runs for v in r["drop_to_resumed_s"]]
+    nxt = [v for r in runs for v in r["catch_up_to_next_final_s"]]
+
+    def p(values: list[float], q: float) -> float | None:
+        return round(float(np.percentile(values, q)), 3) if values else None
+
+    return {
+        "resumes": len(back),
+        "runs_with_finals_equal_uncut": sum(r["finals_equal_uncut"] for r in runs),
+        "drop_to_resumed_s": {"p50": p(back, 50), "p95": p(back, 95), "max": p(back, 100)},
+        "catch_up_to_next_final_s": {
+            "p50": p(nxt, 50),
+            "p95": p(nxt, 95),
+            "max": p(nxt, 100),
+            "mean": round(statistics.fmean(nxt), 3) if nxt else None,
+        },
+        "bar_s": 1.0,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = parser_for(__doc__)
+    p.add_argument("--model", type=Path, default=Path("models/demo"))
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--speed", type=float, default=4.0, help="times real time (a replay)")
+    p.add_argument("--cuts", type=int, default=5)
+    p.add_argument("--runs", type=int, default=4)
+    p.add_argument("--seed", type=int, default=52)
+    add_server_args(p)
+    add_json(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with tempfile.TemporaryDirectory() as folder:
+        audio = speech(args.seconds, args.seed, Path(folder))
+    options = ("--model", str(args.model), "--resume-grace-s", "30", "--workers", "1")
+    server = spawn(ServerSpec((*options, "--log-level", "warning", *shlex.split(args.server_args))))
+    try:
+        measured = asyncio.run(measure(server.url, audio, args))
+    finally:
+        server.stop()
+    document = {
+        "benchmark": "resume: a stream cut at random moments, resumed through a proxy",
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "audio_s": round(len(audio) / 2 / SR, 1),
+        **measured,
+        "summary": summary(measured),
+        "machine": machine("cpus", "platform", "cpu", "python"),
+    }
+    print(write_json(args.json, document))
+    return 0
