@@ -34,7 +34,7 @@ from streaming.errors import (
     ProtocolError,
     SessionLimitError,
 )
-from streaming.events import Configured, Ended, ErrorEvent, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, SessionEvent
 from streaming.protocols.base import Codec
 from streaming.protocols.v1.codec import ResumeRequest
 from streaming.vad.jobs import VadJob, VadStep
@@ -492,8 +492,9 @@ class Connection:
             while events := self.session.events_to_send():
                 for event in events:
                     # A client gone after `stop` reads nothing more; one gone mid-stream
-                    # may come back for what it missed.
-                    if not self.ws.closed or self._resumable_now:
+                    # may come back for what it missed: its finals, errors and end.
+                    owed = isinstance(event, Final | Failed | ErrorEvent | Ended)
+                    if not self.ws.closed or (self._resumable_now and owed):
                         self._outbox.put(event)
                     self._publish(event)
                 self._submit_requests()
