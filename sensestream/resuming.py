@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,7 @@ class _Plan:
     audio: bytes
     chunk: int
     speed: float
+    on_event: Callable[[Event], None] | None = None  # sees each event as it arrives
 
 
 async def resumable_session(
@@ -91,10 +92,11 @@ async def resumable_session(
     headers: Mapping[str, str] | None = None,
     retries: int = 8,
     backoff_s: float = 0.1,
+    on_event: Callable[[Event], None] | None = None,
 ) -> Resumable:
     """Stream s16le mono `audio` (`chunk`-byte frames, `speed` x real time; 0: as fast as
     the server takes it), resuming after each drop, up to `retries` in a row."""
-    plan = _Plan(start, audio, chunk, speed)
+    plan = _Plan(start, audio, chunk, speed, on_event)
     seen = Resumable()
     failures = 0
     while not seen.ended:
@@ -142,6 +144,8 @@ async def _serve(ws: ClientConnection, plan: _Plan, seen: Resumable) -> None:
         async for message in ws:
             event = json.loads(message)
             seen.take(event)
+            if plan.on_event is not None:
+                plan.on_event(event)
             if event["type"] == "resumed":
                 if event.get("stopped"):
                     sender.cancel()  # it has all the audio and the stop

@@ -7,12 +7,13 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine.errors import AudioError
 from sensestream.client import (
     ClientError,
+    Event,
     Outcome,
     RefusedError,
     SessionOptions,
@@ -20,6 +21,7 @@ from sensestream.client import (
     converse,
     pace_for,
 )
+from sensestream.resuming import resumable_session
 from sensestream.stream.audio import ChannelCountError, load_frames
 from sensestream.stream.live import CLEAR_LINE, LiveView
 from sensestream.stream.output import (
@@ -89,8 +91,12 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
         return result.fail(exc.code, str(exc))
     outcome, failure = Outcome(), None
     show = live.show if live is not None else None
+    options = session_options(args, channels)
     try:
-        await converse(args.url, frames, session_options(args, channels), outcome, show)
+        if args.resume:
+            outcome = await resumed_session(args.url, frames, options, result, show)
+        else:
+            await converse(args.url, frames, options, outcome, show)
     except ClientError as exc:
         failure = exc
     finally:
@@ -103,6 +109,28 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
         code = result.close_code
         result.fail("incomplete", f"the server closed the stream before `end` (code {code})")
     return result
+
+
+async def resumed_session(
+    url: str,
+    frames: Sequence[bytes],
+    options: SessionOptions,
+    result: StreamResult,
+    show: Callable[[Event], None] | None,
+) -> Outcome:
+    """`--resume`: one stream that reconnects and resumes after each drop; each gap is
+    noted on the result."""
+    seen = await resumable_session(
+        url,
+        b"".join(frames),
+        start=options.start,
+        chunk=len(frames[0]) if frames else 3200,
+        speed=options.speed,
+        headers=options.headers,
+        on_event=show,
+    )
+    result.gaps = [round(back - gone, 3) for gone, back in seen.gaps]
+    return Outcome(events=seen.events, times=seen.times)
 
 
 async def stream_all(args: argparse.Namespace, plan: OutputPlan) -> list[StreamResult]:
@@ -166,6 +194,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-speakers", type=int, default=None, metavar="N", help="with --diarize: at most N"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="after a dropped connection, reconnect with back-off and resume the stream "
+        "(the server needs --resume-grace-s); not with --multichannel",
+    )
     args = parser.parse_args(argv)
     if args.max_speakers is not None and (not args.diarize or args.max_speakers < 1):
         parser.error("--max-speakers needs --diarize and a count of 1 or more")
@@ -173,6 +207,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
     if args.channel_labels and not args.multichannel:
         parser.error("--channel-labels needs --multichannel")
+    if args.resume and args.multichannel:
+        parser.error("--resume takes a mono stream: a multichannel one is not resumed yet")
     if args.stream_id and len(args.files) > 1:
         parser.error("--stream-id names one stream: give one file")
     if args.api_key is None:

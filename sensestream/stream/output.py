@@ -25,6 +25,7 @@ class StreamResult:
     errors: list[dict[str, Any]] = field(default_factory=list)
     ended: bool = False
     close_code: int | None = None
+    gaps: list[float] = field(default_factory=list)  # with --resume: each drop's gap (s)
 
     @property
     def succeeded(self) -> bool:
@@ -151,6 +152,10 @@ def save(result: StreamResult, plan: OutputPlan, fmt: str) -> None:
 
 
 def report(result: StreamResult) -> None:
-    """One `FILE: error [code]: message` line on stderr per error."""
+    """One `FILE: error [code]: message` line on stderr per error, and one for the gaps
+    of a stream that was resumed."""
+    if result.gaps:
+        gaps = ", ".join(f"{g:g} s" for g in result.gaps)
+        print(f"{result.file}: resumed after {len(result.gaps)} drop(s): {gaps}", file=sys.stderr)
     for e in result.errors:
         print(f"{result.file}: error [{e.get('code')}]: {e.get('message')}", file=sys.stderr)
