@@ -44,6 +44,9 @@ class Resumable:
     token: str | None = None
     acked: int = 0  # samples the server has taken, by its last `ack`
     last_utt_id: int | None = None
+    # A multichannel stream's: its channel count, and the last final of each channel.
+    channels: int = 0
+    last_by_channel: dict[int, int] = field(default_factory=dict)
     ended: bool = False
     dropped_at: float | None = None  # when the current gap began
     sent_bytes: int = 0  # the furthest audio sent, over every connection
@@ -52,6 +55,15 @@ class Resumable:
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["type"] == kind]
+
+    def resume(self) -> dict[str, Any]:
+        """`start.resume` for the next connection."""
+        out: dict[str, Any] = {"token": self.token, "samples": self.acked}
+        if self.channels:
+            out["last_utt_ids"] = [self.last_by_channel.get(c) for c in range(self.channels)]
+        else:
+            out["last_utt_id"] = self.last_utt_id
+        return out
 
     def take(self, event: Event) -> None:
         kind = event.get("type")
@@ -62,8 +74,12 @@ class Resumable:
             self.dropped_at = None
         if kind == "ack":
             self.acked = int(event["samples"])
+        if kind == "ready" and event.get("config", {}).get("multichannel"):
+            self.channels = int(event["config"]["channels"])
         if kind == "final":
             self.last_utt_id = int(event["utt_id"])
+            if event.get("channel") is not None:
+                self.last_by_channel[int(event["channel"])] = int(event["utt_id"])
         if kind == "end":
             self.ended = True
         self.events.append(event)
@@ -80,6 +96,8 @@ class _Plan:
     chunk: int
     speed: float
     on_event: Callable[[Event], None] | None = None  # sees each event as it arrives
+    bytes_per_frame: int = 2  # of the audio as sent: all its channels' samples
+    bytes_per_second: int = BYTES_PER_SECOND  # of the audio as sent, for pacing
 
 
 async def resumable_session(
@@ -93,10 +111,14 @@ async def resumable_session(
     retries: int = 8,
     backoff_s: float = 0.1,
     on_event: Callable[[Event], None] | None = None,
+    bytes_per_frame: int = 2,
+    bytes_per_second: int = BYTES_PER_SECOND,
 ) -> Resumable:
-    """Stream s16le mono `audio` (`chunk`-byte frames, `speed` x real time; 0: as fast as
-    the server takes it), resuming after each drop, up to `retries` in a row."""
-    plan = _Plan(start, audio, chunk, speed, on_event)
+    """Stream `audio` (s16le mono at 16 kHz unless `start` says otherwise, with its
+    `bytes_per_frame` and `bytes_per_second`) in `chunk`-byte frames at `speed` x real
+    time (0: as fast as the server takes it), resuming after each drop, up to `retries`
+    in a row."""
+    plan = _Plan(start, audio, chunk, speed, on_event, bytes_per_frame, bytes_per_second)
     seen = Resumable()
     failures = 0
     while not seen.ended:
@@ -130,9 +152,8 @@ async def _serve(ws: ClientConnection, plan: _Plan, seen: Resumable) -> None:
         await ws.send(json.dumps(dict(plan.start or {"type": "start"})))
         position = 0
     else:
-        resume = {"token": seen.token, "samples": seen.acked, "last_utt_id": seen.last_utt_id}
-        await ws.send(json.dumps({"type": "start", "resume": resume}))
-        position = seen.acked * 2
+        await ws.send(json.dumps({"type": "start", "resume": seen.resume()}))
+        position = seen.acked * plan.bytes_per_frame
     # A resume sends nothing until `resumed` says whether the stream still wants audio.
     go = asyncio.Event()
     if not resuming:
@@ -175,7 +196,7 @@ async def _send_from(
         seen.caught_up.append(time.monotonic())
         waiting = False
     chunk = plan.chunk
-    step = chunk / BYTES_PER_SECOND / plan.speed if plan.speed > 0 else 0.0
+    step = chunk / plan.bytes_per_second / plan.speed if plan.speed > 0 else 0.0
     t0 = time.monotonic()
     try:
         for i, offset in enumerate(range(position, len(plan.audio), chunk)):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.errors import AudioError
 from sensestream.client import (
+    BYTES_PER_SECOND,
     ClientError,
     Event,
     Outcome,
@@ -94,7 +95,7 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
     options = session_options(args, channels)
     try:
         if args.resume:
-            outcome = await resumed_session(args.url, frames, options, result, show)
+            outcome = await resumed_session(args.url, (frames, channels), options, result, show)
         else:
             await converse(args.url, frames, options, outcome, show)
     except ClientError as exc:
@@ -113,13 +114,14 @@ async def stream_one(path: Path, args: argparse.Namespace, live: LiveView | None
 
 async def resumed_session(
     url: str,
-    frames: Sequence[bytes],
+    audio: tuple[Sequence[bytes], int],
     options: SessionOptions,
     result: StreamResult,
     show: Callable[[Event], None] | None,
 ) -> Outcome:
-    """`--resume`: one stream that reconnects and resumes after each drop; each gap is
-    noted on the result."""
+    """`--resume`: one stream (its s16le frames at 16 kHz and their channel count) that
+    reconnects and resumes after each drop; each gap is noted on the result."""
+    frames, channels = audio
     seen = await resumable_session(
         url,
         b"".join(frames),
@@ -128,6 +130,8 @@ async def resumed_session(
         speed=options.speed,
         headers=options.headers,
         on_event=show,
+        bytes_per_frame=2 * channels,
+        bytes_per_second=BYTES_PER_SECOND * channels,
     )
     result.gaps = [round(back - gone, 3) for gone, back in seen.gaps]
     return Outcome(events=seen.events, times=seen.times)
@@ -198,7 +202,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--resume",
         action="store_true",
         help="after a dropped connection, reconnect with back-off and resume the stream "
-        "(the server needs --resume-grace-s); not with --multichannel",
+        "(the server needs --resume-grace-s)",
     )
     args = parser.parse_args(argv)
     if args.max_speakers is not None and (not args.diarize or args.max_speakers < 1):
@@ -207,8 +211,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--speed must be >= 0, --chunk-ms and --concurrency positive")
     if args.channel_labels and not args.multichannel:
         parser.error("--channel-labels needs --multichannel")
-    if args.resume and args.multichannel:
-        parser.error("--resume takes a mono stream: a multichannel one is not resumed yet")
     if args.stream_id and len(args.files) > 1:
         parser.error("--stream-id names one stream: give one file")
     if args.api_key is None:

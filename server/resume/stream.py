@@ -31,14 +31,16 @@ class Resumption:
         self._token_for = token_for
         codec.resume_token_for = token_for
         self.stream_id = ""  # known once configured
-        self.resumable = False  # configured, with one channel (finals count per channel)
+        self.resumable = False  # configured
+        self.channels = 0  # a multichannel stream's (its finals count per channel), else 0
         self._sent: deque[Final | Failed] = deque(maxlen=REPLAY_FINALS)
         self._acked = 0
         self._skip_bytes = 0  # of the resent audio, what the stream already has
 
     def configured(self, event: Configured) -> None:
         self.stream_id = event.stream_id
-        self.resumable = not event.multichannel
+        self.resumable = True
+        self.channels = len(event.channel_labels)
 
     def handed(self, event: SessionEvent) -> None:
         """An event is being written to the socket (which may drop it unread)."""
@@ -63,11 +65,28 @@ class Resumption:
                 f"start.resume.samples is {request.samples}, but the stream has {taken} "
                 "samples of audio: resend from at most that"
             )
+        last = self._last_finals(request)
         self._skip_bytes = (taken - request.samples) * self.codec.bytes_per_frame
         self._acked = request.samples
-        last = request.last_utt_id
-        owed = [e for e in self._sent if last is None or e.utt_id > last]
-        return [Resumed(taken, self._token_for(self.stream_id), stopped), *owed]
+
+        def owed(event: Final | Failed) -> bool:
+            seen = last.get(event.channel)
+            return seen is None or event.utt_id > seen
+
+        replay = [e for e in self._sent if owed(e)]
+        return [Resumed(taken, self._token_for(self.stream_id), stopped), *replay]
+
+    def _last_finals(self, request: ResumeRequest) -> dict[int | None, int | None]:
+        """The last final the client got, by channel (None: the stream's one channel)."""
+        if not self.channels:
+            return {None: request.last_utt_id}
+        per_channel = request.last_utt_ids
+        if per_channel is None or len(per_channel) != self.channels:
+            raise ResumeRefusedError(
+                f"a stream of {self.channels} channels is resumed with start.resume."
+                "last_utt_ids, the last final received on each channel (null: none)"
+            )
+        return dict(enumerate(per_channel))
 
     def trim(self, message: bytes) -> bytes:
         """Resent audio, less what the stream already took before the drop."""

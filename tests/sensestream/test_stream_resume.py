@@ -46,8 +46,3 @@ def test_a_cut_stream_resumes_and_says_where_it_was_cut(tiny_model_dir: Path, wa
     assert len(cut.gaps) == 2 and all(0 < g < 5 for g in cut.gaps)
     texts = [(f["utt_id"], f["text"]) for f in cut.finals]
     assert texts == [(f["utt_id"], f["text"]) for f in plain.finals] and texts
-
-
-def test_resume_is_refused_with_multichannel(wav: Path) -> None:
-    with pytest.raises(SystemExit):
-        parse_args([str(wav), "--resume", "--multichannel"])

@@ -225,11 +225,13 @@ def _parse_start(obj: dict[str, Any]) -> StartMessage:
 class ResumeRequest:
     """`start.resume`: the token `ready` gave, the sample (frames at the stream's rate,
     from its start) the client's audio resumes from, and the last final it received (its
-    `utt_id`; None: none), so that it gets every later final once."""
+    `utt_id`; None: none), so that it gets every later final once; a multichannel
+    stream's client names each channel's instead (`last_utt_ids`)."""
 
     token: str
     samples: int
     last_utt_id: int | None = None
+    last_utt_ids: tuple[int | None, ...] | None = None
 
 
 def _resume(value: object, rest: Mapping[str, Any]) -> ResumeRequest:
@@ -239,15 +241,30 @@ def _resume(value: object, rest: Mapping[str, Any]) -> ResumeRequest:
         raise InvalidFieldError("a start that resumes takes no other fields")
     if not isinstance(value, dict):
         raise InvalidFieldError("start.resume must be an object")
-    _reject_unknown(value, ("token", "samples", "last_utt_id"), "start.resume")
+    _reject_unknown(value, ("token", "samples", "last_utt_id", "last_utt_ids"), "start.resume")
     token, samples, last = value.get("token"), value.get("samples"), value.get("last_utt_id")
     if not isinstance(token, str) or not token:
         raise InvalidFieldError("start.resume.token must be the token `ready` gave")
     if not _whole(samples) or samples < 0:
         raise InvalidFieldError("start.resume.samples must be a whole number >= 0")
-    if last is not None and (not _whole(last) or last < 0):
+    if last is not None and not _utt_id(last):
         raise InvalidFieldError("start.resume.last_utt_id must be a whole number >= 0 or null")
-    return ResumeRequest(token, samples, last)
+    return ResumeRequest(token, samples, last, _last_per_channel(value.get("last_utt_ids")))
+
+
+def _last_per_channel(value: object) -> tuple[int | None, ...] | None:
+    """start.resume.last_utt_ids: one entry a channel (a whole number >= 0, or null)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 1 <= len(value) <= 8:
+        raise InvalidFieldError("start.resume.last_utt_ids must be a list, one entry a channel")
+    if not all(v is None or _utt_id(v) for v in value):
+        raise InvalidFieldError("start.resume.last_utt_ids holds whole numbers >= 0 or null")
+    return tuple(value)
+
+
+def _utt_id(value: object) -> bool:
+    return _whole(value) and value >= 0
 
 
 def _whole(value: object) -> TypeGuard[int]:
@@ -442,8 +459,7 @@ class V1Codec:
             self._labels = event.channel_labels
             self.bytes_per_frame = event.audio.bytes_per_frame
             obj = event_to_dict(event, self._labels)
-            # A multichannel stream is not resumed (yet): its finals count per channel.
-            if obj is not None and self.resume_token_for is not None and not event.multichannel:
+            if obj is not None and self.resume_token_for is not None:
                 obj["resume_token"] = self.resume_token_for(event.stream_id)
         return () if obj is None else (dump(obj),)
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from sensestream.client import run_session
+from sensestream.client import multichannel_start, run_session
 from sensestream.resuming import resumable_session
+from tests.callcentre.call import LABELS, RATE, make_call
 from tests.server.served import served
 from tests.speech import Clip, to_s16le
 from tools.cutting_proxy import CuttingProxy
@@ -175,3 +176,41 @@ def test_a_resume_takes_the_stream_from_a_socket_that_has_not_noticed_its_drop(
     resumed, rest, old_closed = asyncio.run(scenario())
     assert resumed["type"] == "resumed" and resumed["samples"] > 0
     assert rest[-1]["type"] == "end" and old_closed
+
+
+def test_a_two_party_call_cut_three_times_gets_each_channels_finals_once(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    call = make_call(tmp_path_factory.mktemp("call"))
+    audio = call.stereo()  # μ-law at 8 kHz: a byte a sample, two channels
+    start = multichannel_start("resumed-call", LABELS, RATE) | {"pace": "replay"}
+    per_second = 2 * RATE
+
+    async def scenario() -> tuple[list[dict[str, Any]], Any]:
+        async with served(tiny_model_dir, "1", resume_grace_s=30) as url:
+            uncut = await run_session(url, audio, start=start, chunk=1600, speed=8.0, pace=None)
+            async with CuttingProxy(port_of(url)).running() as proxy:
+                via = url.replace(f":{port_of(url)}/", f":{proxy.port}/")
+                span = len(audio) / per_second / 8.0
+                cutter = asyncio.create_task(cut_now_and_then(proxy, 3, span, seed=11))
+                cut = await resumable_session(
+                    via,
+                    audio,
+                    start={**start, "stream_id": "resumed-call-2"},
+                    chunk=1600,
+                    speed=8.0,
+                    bytes_per_frame=2,
+                    bytes_per_second=per_second,
+                )
+                await cutter
+                return uncut.events, cut
+
+    uncut, cut = asyncio.run(scenario())
+
+    def by_channel(events: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+        return sorted(
+            (e["channel"], e["utt_id"], e["text"]) for e in events if e["type"] == "final"
+        )
+
+    assert cut.ended and cut.gaps and cut.channels == 2
+    assert by_channel(cut.events) == by_channel(uncut) and by_channel(uncut)

@@ -4,6 +4,8 @@ what the stream does not have."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.types import Transcript
@@ -71,3 +73,33 @@ def test_a_resume_from_past_the_audio_taken_is_refused() -> None:
     s.codec.decode(b"\0" * 2 * 1000)
     with pytest.raises(ResumeRefusedError, match="at most that"):
         s.resume(ResumeRequest("t", samples=1001, last_utt_id=None), stopped=False)
+
+
+def stereo_stream() -> Resumption:
+    codec = V1Codec(SessionLimits())
+    resumption = Resumption(codec, lambda stream_id: "t2")
+    audio = AudioFormat(channels=2)
+    configured = Configured("s2", audio, StreamOptions(), "m", False, ("agent", "customer"))
+    codec.encode(configured)
+    resumption.configured(configured)
+    return resumption
+
+
+def test_a_two_channel_stream_replays_each_channels_finals_after_its_last() -> None:
+    s = stereo_stream()
+    s.codec.decode(b"\0" * 4 * 100)  # 100 stereo frames
+    assert s.codec.samples_taken == 100
+    finals = [replace(final(k), channel=c) for c, k in ((0, 0), (1, 0), (0, 1), (1, 1), (1, 2))]
+    for event in finals:
+        s.handed(event)
+    out = s.resume(ResumeRequest("t", 50, last_utt_ids=(0, None)), stopped=False)
+    assert out[1:] == [finals[1], finals[2], finals[3], finals[4]]
+    out = s.resume(ResumeRequest("t", 50, last_utt_ids=(1, 1)), stopped=False)
+    assert out[1:] == [finals[4]]
+
+
+def test_a_two_channel_resume_must_name_each_channels_last_final() -> None:
+    s = stereo_stream()
+    for request in (ResumeRequest("t", 0, last_utt_id=3), ResumeRequest("t", 0, last_utt_ids=(1,))):
+        with pytest.raises(ResumeRefusedError, match="last_utt_ids"):
+            s.resume(request, stopped=False)

@@ -417,3 +417,14 @@ def test_ready_carries_the_resume_token_for_the_client_alone_and_acks_are_v1_eve
         "resume_token": "rs_next",
         "stopped": True,
     }
+
+
+def test_a_multichannel_resume_names_each_channels_last_final() -> None:
+    msg = parse_client_text(
+        '{"type":"start","resume":{"token":"t","samples":8,"last_utt_ids":[2,null]}}'
+    )
+    assert isinstance(msg, StartMessage) and msg.resume is not None
+    assert msg.resume.last_utt_ids == (2, None)
+    for bad in ('"last_utt_ids":[]', '"last_utt_ids":[-1]', '"last_utt_ids":{"0":1}'):
+        with pytest.raises(InvalidFieldError, match="last_utt_ids"):
+            parse_client_text('{"type":"start","resume":{"token":"t","samples":0,' + bad + "}}")
