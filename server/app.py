@@ -661,8 +661,7 @@ class App:
         if not isinstance(codec, V1Codec) or not self.resumes.policy.on:
             return False
         tenant = claim.tenant.name if claim.tenant is not None else ""
-        idle = self.config.limits.idle_timeout_s
-        return await self.resumes.take_up(port, codec, tenant, idle)
+        return await self.resumes.take_up(port, codec, tenant)
 
     async def _used_up(self, grant: Grant, peek: bool = False) -> Response | None:
         """Count a session of the client secret host-wide (with `peek`, only ask whether

@@ -39,6 +39,7 @@ class SocketPort:
         self._ws = websocket
         self._closed = False
         self._unread: list[str | bytes] = []  # read ahead, then put back (`unread`)
+        self._ahead: asyncio.Task[str | bytes] | None = None  # a read `peek` left waiting
         self._transport: asyncio.BaseTransport | None = websocket.scope.get("extensions", {}).get(
             TRANSPORT_KEY
         )
@@ -57,6 +58,27 @@ class SocketPort:
         """The next message; raises ClientGone once the client has closed."""
         if self._unread:
             return self._unread.pop()
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            return await ahead
+        return await self._receive()
+
+    async def peek(self, timeout_s: float) -> str | bytes | None:
+        """The first message if it comes within `timeout_s` (it is read again by the next
+        `recv`), else None; the read goes on for the next `recv`, so nothing is lost."""
+        if self._unread:
+            return self._unread[-1]
+        if self._ahead is None:
+            self._ahead = asyncio.ensure_future(self._receive())
+        done, _ = await asyncio.wait([self._ahead], timeout=timeout_s)
+        if not done:
+            return None
+        message = await self._ahead
+        self._ahead = None
+        self._unread.append(message)
+        return message
+
+    async def _receive(self) -> str | bytes:
         if self._closed:
             raise ClientGone
         message = await self._ws.receive()

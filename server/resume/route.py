@@ -19,7 +19,7 @@ from server.resume import tokens
 from server.resume.parked import ParkedStreams
 from server.resume.stream import Resumption
 from server.resume.tokens import ResumeClaim, ResumeRefusal
-from streaming.errors import ProtocolError, ResumeRefusedError, SessionLimitError
+from streaming.errors import ProtocolError, ResumeRefusedError
 from streaming.events import ErrorEvent
 from streaming.protocols.v1.codec import (
     ResumeRequest,
@@ -48,6 +48,9 @@ class ResumePolicy:
 
 #: How long a resume waits for a stream that still held a socket to let go of it.
 LET_GO_S = 5.0
+#: A resuming client sends its `start` at once: a new connection is looked at this long
+#: (holding no session place meanwhile) for one, then it is a new session's.
+RESUME_PEEK_S = 2.0
 
 
 class Resumes:
@@ -73,22 +76,18 @@ class Resumes:
 
         return Resuming(self.parked, policy.grace_s, Resumption(codec, token_for))
 
-    async def take_up(
-        self, port: SocketPort, codec: V1Codec, tenant: str, idle_timeout_s: float
-    ) -> bool:
-        """Read the connection's first message: True when it was a resume, served here
-        until the stream is done with this socket (or refused); else it is put back."""
+    async def take_up(self, port: SocketPort, codec: V1Codec, tenant: str) -> bool:
+        """Whether the connection's first message, if it comes within `RESUME_PEEK_S`, is
+        a resume: then it is served here until the stream is done with this socket (or
+        refused). Any other first message stays for the new session's codec."""
         try:
-            first = await asyncio.wait_for(port.recv(), idle_timeout_s)
-        except TimeoutError:
-            await _refuse(port, codec, SessionLimitError(f"no audio for {idle_timeout_s:.0f} s"))
-            return True
+            first = await port.peek(RESUME_PEEK_S)
         except ClientGone:
             return True
-        request = _resume_request(first)
+        request = None if first is None else _resume_request(first)
         if request is None:
-            port.unread(first)
             return False
+        await port.recv()  # taken: it is this resume's
         try:
             released = await self._resume(port, request, tenant)
         except ResumeRefusedError as exc:

@@ -444,7 +444,10 @@ class V1Codec:
             raise StateError("start may only be sent once, before any audio")
         if parsed.resume is not None:
             # The server takes a resume before a codec sees it, when it resumes at all.
-            raise ResumeRefusedError("this server does not resume streams (--resume-grace-s 0)")
+            raise ResumeRefusedError(
+                "no stream was resumed: this server does not resume streams "
+                "(--resume-grace-s 0), or the resume was not sent at once after connecting"
+            )
         self._started = True
         return (parsed.to_command(),)
 

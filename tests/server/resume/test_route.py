@@ -214,3 +214,20 @@ def test_a_two_party_call_cut_three_times_gets_each_channels_finals_once(
 
     assert cut.ended and cut.gaps and cut.channels == 2
     assert by_channel(cut.events) == by_channel(uncut) and by_channel(uncut)
+
+
+def test_a_new_stream_whose_first_message_comes_late_loses_nothing(
+    tiny_model_dir: Path, speech: bytes
+) -> None:
+    # The server looks at a new connection's first message for a resume, 2 s at most:
+    # a client that waits longer (a page waiting for its microphone) is a new stream.
+    async def scenario() -> list[str]:
+        async with served(tiny_model_dir, "1", resume_grace_s=30) as url, connect(url) as ws:
+            await asyncio.sleep(2.5)
+            await ws.send(json.dumps(START))
+            await ws.send(speech[: 2 * 2 * SR])
+            await ws.send(json.dumps({"type": "stop"}))
+            return [json.loads(m)["type"] async for m in ws]
+
+    kinds = asyncio.run(scenario())
+    assert kinds[0] == "ready" and kinds[-1] == "end"
