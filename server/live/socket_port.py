@@ -38,7 +38,7 @@ class SocketPort:
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
         self._closed = False
-        self._unread: list[str | bytes] = []  # read ahead, then put back (`unread`)
+        self._peeked: str | bytes | None = None  # the message `peek` saw, not yet taken
         self._ahead: asyncio.Task[str | bytes] | None = None  # a read `peek` left waiting
         self._transport: asyncio.BaseTransport | None = websocket.scope.get("extensions", {}).get(
             TRANSPORT_KEY
@@ -56,8 +56,9 @@ class SocketPort:
 
     async def recv(self) -> str | bytes:
         """The next message; raises ClientGone once the client has closed."""
-        if self._unread:
-            return self._unread.pop()
+        if self._peeked is not None:
+            message, self._peeked = self._peeked, None
+            return message
         if self._ahead is not None:
             ahead, self._ahead = self._ahead, None
             return await ahead
@@ -66,17 +67,16 @@ class SocketPort:
     async def peek(self, timeout_s: float) -> str | bytes | None:
         """The first message if it comes within `timeout_s` (it is read again by the next
         `recv`), else None; the read goes on for the next `recv`, so nothing is lost."""
-        if self._unread:
-            return self._unread[-1]
+        if self._peeked is not None:
+            return self._peeked
         if self._ahead is None:
             self._ahead = asyncio.ensure_future(self._receive())
         done, _ = await asyncio.wait([self._ahead], timeout=timeout_s)
         if not done:
             return None
-        message = await self._ahead
+        self._peeked = await self._ahead
         self._ahead = None
-        self._unread.append(message)
-        return message
+        return self._peeked
 
     async def _receive(self) -> str | bytes:
         if self._closed:
@@ -89,10 +89,6 @@ class SocketPort:
         if data is None:
             data = message.get("bytes") or b""
         return data
-
-    def unread(self, message: str | bytes) -> None:
-        """Put a message back: the next `recv` returns it."""
-        self._unread.append(message)
 
     async def send(self, frame: str | bytes) -> None:
         """Send one message, waiting while the client's socket is full."""
