@@ -51,7 +51,7 @@ from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
 from server.http.scopes import STREAMS_READ
 from server.http.tables import main_app, ops_app
 from server.http.tenants import Claim, Tenant, followed_key
-from server.live.connection import Connection, Resuming
+from server.live.connection import Connection
 from server.live.socket_port import SocketPort
 from server.live.vad_pump import VadPump
 from server.resume.route import ResumePolicy, Resumes
@@ -66,7 +66,6 @@ from streaming.pins import Pins
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.twilio.codec import TwilioCodec
 from streaming.protocols.twilio.jitter import JitterStats
-from streaming.protocols.v1.codec import V1Codec
 from streaming.session import SessionConfig
 from streaming.vad.types import VadModel
 
@@ -641,7 +640,7 @@ class App:
         )
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
-        if await self._resumed(port, codec, claim):
+        if await self.resumes.take_up(port, codec, claim):
             return  # a dropped stream taken up: it holds its own session's place
         lease = await self.host.acquire(Kind.SESSION, port.peer)
         if isinstance(lease, Scope):
@@ -655,13 +654,6 @@ class App:
             await self._run_session(port, codec, route, claim, grant)
         finally:
             self.host.release(lease)
-
-    async def _resumed(self, port: SocketPort, codec: Codec, claim: Claim) -> bool:
-        """Whether this connection resumed a parked v1 stream (and is now done)."""
-        if not isinstance(codec, V1Codec) or not self.resumes.policy.on:
-            return False
-        tenant = claim.tenant.name if claim.tenant is not None else ""
-        return await self.resumes.take_up(port, codec, tenant)
 
     async def _used_up(self, grant: Grant, peek: bool = False) -> Response | None:
         """Count a session of the client secret host-wide (with `peek`, only ask whether
@@ -791,7 +783,7 @@ class App:
             ),
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
             vad_pump=self.vad_pump,
-            resuming=self._resuming(codec, claim, session_id),
+            resuming=self.resumes.resuming(codec, claim, session_id),
         )
         self.sessions[session_id] = conn
         self.metrics.connections.inc()
@@ -803,12 +795,6 @@ class App:
             self.metrics.sessions.set(len(self.sessions))
             if isinstance(codec, TwilioCodec):
                 self.metrics.twilio_placement(session_id, codec.stats)
-
-    def _resuming(self, codec: Codec, claim: Claim, session_id: str) -> Resuming | None:
-        if not isinstance(codec, V1Codec):
-            return None
-        tenant = claim.tenant.name if claim.tenant is not None else ""
-        return self.resumes.resuming(codec, tenant, session_id)
 
     # ---- subscribers ----------------------------------------------------------------
 

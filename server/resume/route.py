@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from server.http.tenants import Claim
 from server.live.connection import Connection, Resuming
 from server.live.socket_port import ClientGone, SocketPort
 from server.resume import tokens
@@ -21,6 +22,7 @@ from server.resume.stream import Resumption
 from server.resume.tokens import ResumeClaim, ResumeRefusal
 from streaming.errors import ProtocolError, ResumeRefusedError
 from streaming.events import ErrorEvent
+from streaming.protocols.base import Codec
 from streaming.protocols.v1.codec import (
     ResumeRequest,
     StartMessage,
@@ -62,11 +64,12 @@ class Resumes:
         self.parked: ParkedStreams[Connection] = ParkedStreams()
         self._live = live
 
-    def resuming(self, codec: V1Codec, tenant: str, session_id: str) -> Resuming | None:
-        """What a new v1 stream keeps for resuming (None when resuming is off)."""
-        if not self.policy.on:
+    def resuming(self, codec: Codec, claim: Claim, session_id: str) -> Resuming | None:
+        """What a new stream keeps for resuming (None when resuming is off, or for a
+        protocol other than v1)."""
+        if not self.policy.on or not isinstance(codec, V1Codec):
             return None
-        policy = self.policy
+        policy, tenant = self.policy, _tenant(claim)
 
         def token_for(stream_id: str) -> str:
             now = int(time.time())
@@ -76,10 +79,12 @@ class Resumes:
 
         return Resuming(self.parked, policy.grace_s, Resumption(codec, token_for))
 
-    async def take_up(self, port: SocketPort, codec: V1Codec, tenant: str) -> bool:
-        """Whether the connection's first message, if it comes within `RESUME_PEEK_S`, is
-        a resume: then it is served here until the stream is done with this socket (or
-        refused). Any other first message stays for the new session's codec."""
+    async def take_up(self, port: SocketPort, codec: Codec, claim: Claim) -> bool:
+        """Whether a new v1 connection's first message, if it comes within
+        `RESUME_PEEK_S`, is a resume: then it is served here until the stream is done with
+        this socket (or refused). Any other first message stays for the session's codec."""
+        if not self.policy.on or not isinstance(codec, V1Codec):
+            return False
         try:
             first = await port.peek(RESUME_PEEK_S)
         except ClientGone:
@@ -89,7 +94,7 @@ class Resumes:
             return False
         await port.recv()  # taken: it is this resume's
         try:
-            released = await self._resume(port, request, tenant)
+            released = await self._resume(port, request, _tenant(claim))
         except ResumeRefusedError as exc:
             log.info("resume refused: %s", exc)
             await _refuse(port, codec, exc)
@@ -117,6 +122,11 @@ class Resumes:
         except ResumeRefusedError:
             self.parked.park(verdict.session_id, conn)  # unharmed: it waits on
             raise
+
+
+def _tenant(claim: Claim) -> str:
+    """The tenant a connection speaks for ("" on a server without keys)."""
+    return claim.tenant.name if claim.tenant is not None else ""
 
 
 def _resume_request(message: str | bytes) -> ResumeRequest | None:
