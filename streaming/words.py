@@ -32,7 +32,7 @@ def words_of(tokens: Iterable[Token]) -> tuple[Word, ...]:
         text = token.text.strip()
         if not text:
             continue
-        if out and not starts_word(token):
+        if out and not _starts_word(token):
             last = out[-1]
             out[-1] = Word(
                 last.text + text,
@@ -51,12 +51,12 @@ def utterance_confidence(words: Sequence[Word]) -> float | None:
     return math.fsum(scored) / len(scored) if scored else None
 
 
-def starts_word(token: Token) -> bool:
+def _starts_word(token: Token) -> bool:
     """Whether a token begins a word: a leading space, or a CJK character."""
-    return token.text[:1].isspace() or is_cjk(token.text.strip()[:1])
+    return token.text[:1].isspace() or _is_cjk(token.text.strip()[:1])
 
 
-def is_cjk(char: str) -> bool:
+def _is_cjk(char: str) -> bool:
     return bool(char) and (0x3000 <= ord(char) <= 0x9FFF or 0xAC00 <= ord(char) <= 0xD7AF)
 
 

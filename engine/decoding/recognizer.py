@@ -53,18 +53,26 @@ class Recognizer:
         self.tags = TagTable.from_tokenizer(self.tokenizer)
         self.hotwords = HotwordCompiler(self.tokenizer)
         self._nospeech_id = self.tokenizer.piece_to_id(tag_piece("nospeech"))
+        self._paths_of: Backend | None = None  # the backend `_path_cache` was read from
+        self._path_cache: tuple[AudioBackend | None, ScoringBackend | None] = (None, None)
 
     @property
     def _audio_backend(self) -> AudioBackend | None:
-        # Read from `backend` at each use: whoever replaces it (a test's faulty wrapper)
-        # replaces every path through it.
-        backend = self.backend
-        return backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
+        return self._paths()[0]
 
     @property
     def _scoring(self) -> ScoringBackend | None:
+        return self._paths()[1]
+
+    def _paths(self) -> tuple[AudioBackend | None, ScoringBackend | None]:
+        """The backend's audio and scored paths, worked out once per backend: whoever
+        replaces `backend` (a test's faulty wrapper) replaces every path through it."""
         backend = self.backend
-        return backend if isinstance(backend, ScoringBackend) else None
+        if self._paths_of is not backend:
+            audio = backend if isinstance(backend, AudioBackend) and backend.takes_audio else None
+            scoring = backend if isinstance(backend, ScoringBackend) else None
+            self._paths_of, self._path_cache = backend, (audio, scoring)
+        return self._path_cache
 
     @property
     def features_on_device(self) -> bool:

@@ -25,6 +25,3 @@ class ParkedStreams(Generic[T]):
     def take(self, session_id: str) -> T | None:
         """The stream a resume names, if it is still waiting: it waits no more."""
         return self._waiting.pop(session_id, None)
-
-    def __len__(self) -> int:
-        return len(self._waiting)

@@ -457,13 +457,12 @@ class V1Codec:
         return self.audio_bytes // self.bytes_per_frame
 
     def encode(self, event: SessionEvent) -> Sequence[Frame]:
-        obj = event_to_dict(event, self._labels)
         if isinstance(event, Configured):
             self._labels = event.channel_labels
             self.bytes_per_frame = event.audio.bytes_per_frame
-            obj = event_to_dict(event, self._labels)
-            if obj is not None and self.resume_token_for is not None:
-                obj["resume_token"] = self.resume_token_for(event.stream_id)
+        obj = event_to_dict(event, self._labels)
+        if isinstance(event, Configured) and obj is not None and self.resume_token_for:
+            obj["resume_token"] = self.resume_token_for(event.stream_id)
         return () if obj is None else (dump(obj),)
 
     def is_fatal(self, error: ProtocolError) -> bool:
