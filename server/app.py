@@ -218,7 +218,10 @@ class App:
         self.credentials = Credentials(self.keys, secret)
         limits = config.limits
         policy = ResumePolicy(limits.resume_grace_s, limits.max_session_s, secret)
-        self.resumes = Resumes(policy, self.sessions.get)
+        elsewhere = self.link.take_up_elsewhere if self.link is not None else None
+        self.resumes = Resumes(policy, self.sessions.get, elsewhere)
+        if self.link is not None:
+            self.link.on_take_up = self.resumes.take_up_piped
         self.origins = config.listen.origin_policy()
         self.routes = websocket_routes()
         self.file_api = FileApi(self)

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,22 +26,28 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    HangUp,
     Joined,
     ListStreams,
     OpenStream,
+    Pipe,
     Relay,
     Release,
     Report,
     Subscribe,
+    TakeUp,
     Topic,
     Unfollow,
     UseToken,
     Why,
 )
 from server.http.tenants import Tenant
+from server.live.socket_port import SocketPort
+from server.resume.pipes import ClientEnd, PipePort
 from server.streams.hub import MAX_SUBSCRIBERS, LiveStream, StreamHub, Subscription
 from streaming.errors import StreamIdTakenError
 from streaming.events import Ended, ErrorEvent
+from streaming.protocols.v1.codec import ResumeRequest
 
 log = logging.getLogger("sensestream.host")
 
@@ -92,6 +98,10 @@ class HostLink:
         self._tasks: set[asyncio.Task[None]] = set()
         self._follower_capacity = follower_capacity  # what a relayed follower may queue
         self.on_lost: Callable[[], None] | None = None  # the supervisor went away
+        # A resume that landed elsewhere, for a stream here: whether it was taken up
+        # (None) or why not.
+        self.on_take_up: Callable[[PipePort, TakeUp], Awaitable[str | None]] | None = None
+        self._pipes: dict[str, PipePort | ClientEnd] = {}  # resumes piped, either end
         self._closing = False
 
     async def connect(self) -> None:
@@ -102,6 +112,9 @@ class HostLink:
         self._channel.notify(Joined(self.worker, os.getpid()))
 
     def _ended(self, _: asyncio.Task[None]) -> None:
+        for pipe_id, end in list(self._pipes.items()):  # the other ends are out of reach
+            end.hung_up(HangUp(pipe_id))
+        self._pipes.clear()
         if not self._closing and self.on_lost is not None:
             log.error("the supervisor went away: this worker stops")
             self.on_lost()
@@ -219,6 +232,8 @@ class HostLink:
                 return self._state.streams.describe(None)
             case Subscribe():
                 return self._subscribe(body)
+            case TakeUp():
+                return await self._take_up(body)
             case Report(topic=Topic.STATS):
                 return self._state.local_stats()
             case Report(topic=Topic.METRICS):
@@ -233,6 +248,14 @@ class HostLink:
                     sub.put(body.event)  # one too far behind is dropped (its Follower)
             case Unfollow():
                 self._unfollowed(body)
+            case Pipe():
+                end = self._pipes.get(body.pipe_id)
+                if end is not None:
+                    end.received(body.data)
+            case HangUp():
+                end = self._pipes.pop(body.pipe_id, None)
+                if end is not None:
+                    end.hung_up(body)
 
     def _subscribe(self, body: Subscribe) -> Followed:
         hub = self._state.streams
@@ -279,6 +302,45 @@ class HostLink:
     def _left(self, follow_id: str) -> None:
         if self._follows.pop(follow_id, None) is not None and self._channel is not None:
             self._channel.notify(Unfollow(follow_id))
+
+    # ---- resumes piped between workers -------------------------------------------------
+
+    async def take_up_elsewhere(
+        self, port: SocketPort, key: str, session_id: str, request: ResumeRequest
+    ) -> ClientEnd | str:
+        """A resume for a stream this worker does not hold: the end that pipes the client
+        to the worker that does (run it), or why it cannot be taken up."""
+        pipe_id = f"{self.worker}.{next(self._ids)}"
+        end = ClientEnd(port, pipe_id, self._pipe_notice, self._pipe_drain)
+        self._pipes[pipe_id] = end  # its first frames may come before the answer does
+        try:
+            answer = await self._call(TakeUp(key, session_id, request, pipe_id, port.peer))
+        except ChannelClosedError as exc:
+            answer = f"the stream's worker could not be asked: {exc}"
+        if answer is None:
+            return end
+        self._pipes.pop(pipe_id, None)
+        return answer if isinstance(answer, str) else "the stream could not be taken up"
+
+    async def _take_up(self, body: TakeUp) -> str | None:
+        if self.on_take_up is None:
+            return "this worker resumes no streams"
+        port = PipePort(body.pipe_id, body.peer, self._pipe_notice, self._pipe_drain)
+        self._pipes[body.pipe_id] = port
+        refused = await self.on_take_up(port, body)
+        if refused is not None:
+            self._pipes.pop(body.pipe_id, None)
+        return refused
+
+    def _pipe_notice(self, body: object) -> None:
+        if isinstance(body, HangUp):  # this end is over: nothing more is handed to it
+            self._pipes.pop(body.pipe_id, None)
+        if self._channel is not None:
+            self._channel.notify(body)
+
+    async def _pipe_drain(self) -> None:
+        if self._channel is not None:
+            await self._channel.drain()
 
     async def _call(self, body: object, deadline_s: float = CALL_DEADLINE_S) -> object:
         if self._channel is None:

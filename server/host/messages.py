@@ -1,9 +1,10 @@
 """What workers and the supervisor say to each other over their channel: plain records.
 
 Worker → supervisor calls: `Acquire`, `UseToken`, `OpenStream`, `ListStreams`, `Follow`,
-`Gather`.
-Supervisor → worker calls: `Describe`, `Subscribe`, `Report`.
-Notices, either way: `Joined`, `Release`, `CloseStream`, `Relay`, `Unfollow`.
+`Gather`, `TakeUp`.
+Supervisor → worker calls: `Describe`, `Subscribe`, `Report`, `TakeUp`.
+Notices, either way: `Joined`, `Release`, `CloseStream`, `Relay`, `Unfollow`, `Pipe`,
+`HangUp`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from enum import StrEnum
 
 from server.host.admission import Kind
 from streaming.events import SessionEvent
+from streaming.protocols.v1.codec import ResumeRequest
 
 
 class Topic(StrEnum):
@@ -105,6 +107,20 @@ class Gather:
     topic: Topic
 
 
+@dataclass(frozen=True, slots=True)
+class TakeUp:
+    """A resume landed on a worker that does not hold its stream: the worker that runs the
+    stream `key` takes it up (the supervisor passes the call on to it). Answered None when
+    it did, the client's frames then going both ways as `Pipe` notices under `pipe_id`;
+    else the refusal's message. The landing worker has checked the resume token."""
+
+    key: str
+    session_id: str
+    request: ResumeRequest
+    pipe_id: str
+    peer: str
+
+
 # ---- supervisor → worker ---------------------------------------------------------------
 
 
@@ -154,6 +170,25 @@ class Unfollow:
 
     follow_id: str
     why: Why = Why.LEFT
+
+
+@dataclass(frozen=True, slots=True)
+class Pipe:
+    """One WebSocket message of a piped resume, either way (in order)."""
+
+    pipe_id: str
+    data: str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HangUp:
+    """A piped resume is over. From the stream's worker: close the client's socket with
+    `code` and the error code `error`, or drop it at once when `code` is None. From the
+    landing worker: the client went away."""
+
+    pipe_id: str
+    code: int | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

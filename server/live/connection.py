@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from engine.client import EngineClient
 from engine.types import InferenceResult
 from server.live.outbox import Outbox, OutboxOverflowError
-from server.live.socket_port import ClientGone, SocketPort
+from server.live.socket_port import ClientGone, Port
 from server.live.vad_pump import VadPump
 from server.resume.parked import ParkedStreams
 from server.resume.stream import Resumption
@@ -67,7 +67,7 @@ class _Attach:
     """A resume's new socket, what goes out on it first, and the future its handler
     waits on (done when the stream is done with the socket)."""
 
-    port: SocketPort
+    port: Port
     first: list[SessionEvent]
     released: asyncio.Future[None]
 
@@ -83,7 +83,7 @@ class Connection:
 
     def __init__(
         self,
-        ws: SocketPort,
+        ws: Port,
         codec: Codec,
         session: StreamSession,
         engine: EngineClient,
@@ -264,7 +264,7 @@ class Connection:
                 await self._parked.wait()
         return self._parked.is_set()
 
-    def resume(self, port: SocketPort, request: ResumeRequest) -> asyncio.Future[None]:
+    def resume(self, port: Port, request: ResumeRequest) -> asyncio.Future[None]:
         """Take a parked stream up on `port` (see `Resumption.resume`; raises
         ResumeRefusedError for a gap). The future is done when the stream is done with it."""
         resuming, attach = self._resuming, self._attach

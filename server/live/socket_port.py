@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -30,6 +30,25 @@ def close_reason(error: str | None) -> str:
 
 class ClientGone(Exception):
     """The client closed the connection, or it broke."""
+
+
+class Port(Protocol):
+    """What a connection needs of its client's socket: this process's WebSocket, or a
+    resumed client's frames piped from the worker its resume landed on."""
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def recv(self) -> str | bytes: ...
+
+    async def send(self, frame: str | bytes) -> None: ...
+
+    async def close(self, code: int, error: str | None = None) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class SocketPort:

@@ -22,6 +22,9 @@ class ParkedStreams(Generic[T]):
         if self._waiting.get(session_id) is stream:
             del self._waiting[session_id]
 
+    def has(self, session_id: str) -> bool:
+        return session_id in self._waiting
+
     def take(self, session_id: str) -> T | None:
         """The stream a resume names, if it is still waiting: it waits no more."""
         return self._waiting.pop(session_id, None)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from server.http.tenants import Claim
+from server.host.messages import TakeUp
+from server.http.tenants import Claim, stream_key
 from server.live.connection import Connection, Resuming
-from server.live.socket_port import ClientGone, SocketPort
+from server.live.socket_port import ClientGone, Port, SocketPort
 from server.resume import tokens
 from server.resume.parked import ParkedStreams
+from server.resume.pipes import ClientEnd
 from server.resume.stream import Resumption
 from server.resume.tokens import ResumeClaim, ResumeRefusal
 from streaming.errors import ProtocolError, ResumeRefusedError
@@ -55,14 +57,29 @@ LET_GO_S = 5.0
 RESUME_PEEK_S = 2.0
 
 
+#: A resume for a stream this worker does not hold, asked of the host (a worker's link):
+#: (client's port, stream key, session id, request) → the end that pipes it, or why not.
+Elsewhere = Callable[[SocketPort, str, str, ResumeRequest], Awaitable[ClientEnd | str]]
+
+#: Why a resume finds no stream (here, nor on any other worker).
+NOT_WAITING = "the stream is not waiting to be resumed: it ended, or its grace ran out"
+
+
 class Resumes:
     """One worker's resumable streams: what each new stream is given, and resumes.
-    `live` finds a stream by its session id while it still holds a socket."""
+    `live` finds a stream by its session id while it still holds a socket; `elsewhere`
+    (a worker of several) pipes a resume to the worker that holds its stream."""
 
-    def __init__(self, policy: ResumePolicy, live: Callable[[str], Connection | None]) -> None:
+    def __init__(
+        self,
+        policy: ResumePolicy,
+        live: Callable[[str], Connection | None],
+        elsewhere: Elsewhere | None = None,
+    ) -> None:
         self.policy = policy
         self.parked: ParkedStreams[Connection] = ParkedStreams()
         self._live = live
+        self._elsewhere = elsewhere
 
     def resuming(self, codec: Codec, claim: Claim, session_id: str) -> Resuming | None:
         """What a new stream keeps for resuming (None when resuming is off, or for a
@@ -104,23 +121,50 @@ class Resumes:
 
     async def _resume(
         self, port: SocketPort, request: ResumeRequest, tenant: str
-    ) -> asyncio.Future[None]:
+    ) -> Awaitable[None]:
         verdict = tokens.verify(self.policy.secret, request.token, tenant, time.time())
         if isinstance(verdict, ResumeRefusal):
             raise ResumeRefusedError(str(verdict))
-        conn = self.parked.take(verdict.session_id)
-        live = self._live(verdict.session_id) if conn is None else None
-        if live is not None and await live.let_go(LET_GO_S):
-            conn = self.parked.take(verdict.session_id)
-        if conn is None:
-            raise ResumeRefusedError(
-                "the stream is not waiting to be resumed here: it ended, its grace ran out, "
-                "or another worker holds it"
-            )
+        if await self._has(verdict.session_id):
+            return self._resume_here(port, verdict.session_id, request)
+        if self._elsewhere is None:
+            raise ResumeRefusedError(NOT_WAITING)
+        key = stream_key(verdict.tenant, verdict.stream_id)
+        end = await self._elsewhere(port, key, verdict.session_id, request)
+        if isinstance(end, str):
+            raise ResumeRefusedError(end)
+        return end.run()
+
+    async def take_up_piped(self, port: Port, body: TakeUp) -> str | None:
+        """A resume that landed on another worker, for a stream here (its token checked
+        there): None once the stream serves `port`, else why not."""
+        if not await self._has(body.session_id):
+            return NOT_WAITING
+        try:
+            released = self._resume_here(port, body.session_id, body.request)
+        except ResumeRefusedError as exc:
+            return str(exc)
+        # Done with the pipe (the stream ended, or parks again): the other end hangs up.
+        released.add_done_callback(lambda _: port.abort())
+        return None
+
+    async def _has(self, session_id: str) -> bool:
+        """Whether the stream is parked here, once a live one has let its socket go."""
+        if self.parked.has(session_id):
+            return True
+        live = self._live(session_id)
+        return live is not None and await live.let_go(LET_GO_S) and self.parked.has(session_id)
+
+    def _resume_here(
+        self, port: Port, session_id: str, request: ResumeRequest
+    ) -> asyncio.Future[None]:
+        conn = self.parked.take(session_id)
+        if conn is None:  # its grace ran out just now
+            raise ResumeRefusedError(NOT_WAITING)
         try:
             return conn.resume(port, request)
         except ResumeRefusedError:
-            self.parked.park(verdict.session_id, conn)  # unharmed: it waits on
+            self.parked.park(session_id, conn)  # unharmed: it waits on
             raise
 
 

@@ -1,10 +1,10 @@
 """The supervisor's side of its workers' channels: the one owner of host-wide state.
 
 Admission counts (server.host.admission), the sessions each client secret opened
-(server.host.token_uses), which worker runs each live stream, and the follows relayed
-between workers live here. A worker whose channel closes (it stopped, or
-was killed) gives back every lease it held, its streams are unlisted, and the followers
-elsewhere of its streams are told the stream was lost.
+(server.host.token_uses), which worker runs each live stream, and the follows and resumes
+relayed between workers live here. A worker whose channel closes (it stopped, or
+was killed) gives back every lease it held, its streams are unlisted, the followers
+elsewhere of its streams are told the stream was lost, and its resumes' pipes are hung up.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    HangUp,
     Joined,
     ListStreams,
     OpenStream,
+    Pipe,
     Relay,
     Release,
     Report,
     Subscribe,
+    TakeUp,
     Topic,
     Unfollow,
     UseToken,
@@ -69,6 +72,15 @@ class _Follow:
     follower: WorkerLink
 
 
+@dataclass(frozen=True, slots=True)
+class _Pipe:
+    owner: WorkerLink  # runs the stream
+    client: WorkerLink  # holds the resumed client's socket
+
+    def other(self, link: WorkerLink) -> WorkerLink:
+        return self.owner if link is self.client else self.client
+
+
 class Control:
     """Answers workers' calls; `gathered` adds the supervisor's own view to a gather."""
 
@@ -85,6 +97,7 @@ class Control:
         self._streams: dict[str, WorkerLink] = {}  # key → the worker that runs it
         self._opened = KeyWaits()  # keys a follow waits for
         self._follows: dict[str, _Follow] = {}
+        self._pipes: dict[str, _Pipe] = {}  # resumes piped from one worker to another
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -133,6 +146,14 @@ class Control:
                 follow = self._follows.pop(body.follow_id, None)
                 if follow is not None:
                     _send(follow.owner if link is follow.follower else follow.follower, body)
+            case Pipe():
+                pipe = self._pipes.get(body.pipe_id)
+                if pipe is not None:
+                    _send(pipe.other(link), body)
+            case HangUp():
+                pipe = self._pipes.pop(body.pipe_id, None)
+                if pipe is not None:
+                    _send(pipe.other(link), body)
 
     def _gone(self, link: WorkerLink) -> None:
         """A worker's channel closed: everything it held is released."""
@@ -146,6 +167,10 @@ class Control:
                 _send(follow.follower, Unfollow(follow_id, Why.LOST))
             if link in (follow.owner, follow.follower):
                 del self._follows[follow_id]
+        for pipe_id, pipe in list(self._pipes.items()):
+            if link in (pipe.owner, pipe.client):
+                del self._pipes[pipe_id]
+                _send(pipe.other(link), HangUp(pipe_id))
         log.info("worker %d left: %d lease(s) released", link.worker, released)
 
     def leases(self, worker: int | None = None) -> dict[str, int]:
@@ -178,6 +203,8 @@ class Control:
                 return [d for _, listed in reports if isinstance(listed, list) for d in listed]
             case Follow():
                 return await self._follow(link, body)
+            case TakeUp():
+                return await self._take_up(link, body)
             case Gather():
                 return await self._gathered(body.topic, await self._ask_all(Report(body.topic)))
         raise ValueError(f"not a supervisor call: {type(body).__name__}")
@@ -205,6 +232,21 @@ class Control:
         if where is not Followed.RELAYED:
             self._follows.pop(body.follow_id, None)
         return where if isinstance(where, Followed) else Followed.MISSING
+
+    async def _take_up(self, link: WorkerLink, body: TakeUp) -> str | None:
+        """Pass a resume on to the worker that runs its stream, and pipe between them."""
+        owner = self._streams.get(body.key)
+        if owner is None or owner is link:
+            return "the stream is not waiting to be resumed: it ended, or its grace ran out"
+        # Listed before asking: the owner's first frames may overtake its answer here.
+        self._pipes[body.pipe_id] = _Pipe(owner, link)
+        answer: object = "the stream's worker did not answer"
+        with contextlib.suppress(ChannelClosedError):
+            answer = await _ask(owner, body)
+        if answer is not None:
+            self._pipes.pop(body.pipe_id, None)
+            return answer if isinstance(answer, str) else "the stream could not be taken up"
+        return None
 
     async def _ask_all(self, body: object) -> list[tuple[int, object]]:
         """Every worker's answer (None for one that did not answer), by worker index."""

@@ -10,7 +10,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
@@ -18,24 +17,10 @@ from sensestream.client import multichannel_start, run_session
 from sensestream.resuming import resumable_session
 from tests.callcentre.call import LABELS, RATE, make_call
 from tests.server.served import served
-from tests.speech import Clip, to_s16le
 from tools.cutting_proxy import CuttingProxy
 
 SR = 16000
 START = {"type": "start", "pace": "replay", "language": "en"}
-
-
-@pytest.fixture(scope="module")
-def speech(speech_clips: list[Clip]) -> bytes:
-    """About a minute of English sentences, each followed by a second of quiet."""
-    english = [c.audio for c in speech_clips if c.name.startswith("en")] or [
-        c.audio for c in speech_clips
-    ]
-    parts: list[np.ndarray] = []
-    while sum(len(p) for p in parts) < 60 * SR:
-        for audio in english:
-            parts += [audio, np.zeros(SR, np.float32)]
-    return to_s16le(np.concatenate(parts))
 
 
 def finals(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
