@@ -133,7 +133,14 @@ async def resumable_session(
                 failures = 0
                 await _serve(ws, plan, seen)
         except InvalidStatus as exc:
-            raise refusal(exc) from exc
+            # A 503 while resuming is a worker or host on its way down (a reload, a
+            # restart behind a balancer): the next try finds one that serves.
+            if seen.token is None or exc.response.status_code != 503:
+                raise refusal(exc) from exc
+            failures += 1
+            if failures > retries:
+                raise refusal(exc) from exc
+            await asyncio.sleep(backoff_s * 2 ** min(failures - 1, 6))
         except DROPPED as exc:
             if seen.dropped_at is None:
                 seen.dropped_at = time.monotonic()

@@ -45,16 +45,24 @@ from server.http.client_address import client_host
 from server.http.client_secret_api import ClientSecretApi
 from server.http.client_secrets import Grant
 from server.http.credentials import Credentials, Refused
-from server.http.listener import QuietServer, asgi_server, bind, bound_port, stop
+from server.http.listener import (
+    QuietServer,
+    asgi_server,
+    bind,
+    bound_port,
+    stop,
+    stop_accepting,
+)
 from server.http.responses import json_response, response, static_file, text_response, unauthorized
 from server.http.routes import WebSocketRoute, streaming_paths, websocket_routes
 from server.http.scopes import STREAMS_READ
 from server.http.tables import main_app, ops_app
 from server.http.tenants import Claim, Tenant, followed_key
 from server.live.connection import Connection
-from server.live.socket_port import SocketPort
+from server.live.drain import DrainPlan, drain_all
+from server.live.socket_port import Port, SocketPort
 from server.live.vad_pump import VadPump
-from server.resume.route import ResumePolicy, Resumes
+from server.resume.route import Adopted, ResumePolicy, Resumes
 from server.streams.follower_slots import FollowerSlots
 from server.streams.hub import Publisher, StreamHub, Subscription
 from server.streams.subscribers import Follower
@@ -218,10 +226,12 @@ class App:
         self.credentials = Credentials(self.keys, secret)
         limits = config.limits
         policy = ResumePolicy(limits.resume_grace_s, limits.max_session_s, secret)
-        elsewhere = self.link.take_up_elsewhere if self.link is not None else None
-        self.resumes = Resumes(policy, self.sessions.get, elsewhere)
+        self.resumes = Resumes(policy, self.sessions.get, self.link)
         if self.link is not None:
             self.link.on_take_up = self.resumes.take_up_piped
+            self.link.on_retire = self.retire
+        self._retiring = False  # a reload replaces this worker: its streams are handed on
+        self._main_server: QuietServer | None = None  # serving the main port, once it does
         self.origins = config.listen.origin_policy()
         self.routes = websocket_routes()
         self.file_api = FileApi(self)
@@ -256,7 +266,8 @@ class App:
         if self.link is not None:
             await self.link.connect()
             self.link.on_lost = self.request_shutdown  # no supervisor: stop, as told to
-        servers = [(self._asgi_server(main_app(self)), sockets)]
+        self._main_server = self._asgi_server(main_app(self))
+        servers = [(self._main_server, sockets)]
         if ops_sockets:
             servers.append((self._asgi_server(ops_app(self)), ops_sockets))
         tasks: list[asyncio.Task[None]] = []
@@ -355,6 +366,14 @@ class App:
         self.state = "stopped"
         return False
 
+    def retire(self) -> None:
+        """A reload replaces this worker: take no new connections (the other workers take
+        them, resumes of the streams handed on too), hand its streams on, then stop."""
+        self._retiring = True
+        if self._main_server is not None:
+            stop_accepting(self._main_server)
+        self.request_shutdown()
+
     def request_shutdown(self) -> None:
         """SIGTERM/SIGINT: stop taking sessions, finish the ones in flight, then exit."""
         if self.state != "draining":
@@ -392,6 +411,8 @@ class App:
         if self.state == "starting":
             self.state = "ready"
         self._ready.set()
+        if self.link is not None:
+            self.link.ready()  # a reload waits for it before retiring the next worker
         log.info(
             "ready in %.1f s: %s, max_batch %d, budget %d MiB",
             time.perf_counter() - started,
@@ -405,15 +426,14 @@ class App:
             log.warning(DEMO_MODEL_BANNER)
 
     async def _drain(self) -> None:
-        drains = [conn.drain() for conn in list(self.sessions.values())]
-        if drains:
-            _, pending = await asyncio.wait(
-                [asyncio.ensure_future(d) for d in drains], timeout=self.config.shutdown_timeout_s
-            )
-            if pending:
-                log.warning(
-                    "%d session(s) did not finish within the shutdown timeout", len(pending)
-                )
+        keep = self.link.hand_over if self._retiring and self.link is not None else None
+        plan = DrainPlan(
+            self.config.shutdown_timeout_s,
+            self.config.hand_off_s,
+            keep,
+            self.config.limits.resume_grace_s,
+        )
+        await drain_all(list(self.sessions.values()), plan)
         self.state = "stopped"
 
     async def _watch_loop_lag(self) -> None:
@@ -643,7 +663,8 @@ class App:
         )
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
-        if await self.resumes.take_up(port, codec, claim):
+        adopt = partial(self._adopt, route=route, grant=grant)
+        if await self.resumes.take_up(port, codec, claim, adopt):
             return  # a dropped stream taken up: it holds its own session's place
         lease = await self.host.acquire(Kind.SESSION, port.peer)
         if isinstance(lease, Scope):
@@ -654,7 +675,7 @@ class App:
             await port.close(over.close_code, over.code)
             return
         try:
-            await self._run_session(port, codec, route, claim, grant)
+            await self._run_session(port, codec, route, claim, grant=grant)
         finally:
             self.host.release(lease)
 
@@ -756,17 +777,33 @@ class App:
             raise RuntimeError("no session before the engine is ready")
         return self._session_config
 
+    async def _adopt(
+        self,
+        port: Port,
+        codec: Codec,
+        claim: Claim,
+        adopted: Adopted,
+        *,
+        route: WebSocketRoute,
+        grant: Grant | None,
+    ) -> None:
+        """Go on with a stream a retiring worker handed over. It was admitted once: it
+        takes no new place (its old worker's is given back as that one exits)."""
+        await self._run_session(port, codec, route, claim, grant=grant, adopted=adopted)
+
     async def _run_session(
         self,
-        port: SocketPort,
+        port: Port,
         codec: Codec,
         route: WebSocketRoute,
         claim: Claim,
+        *,
         grant: Grant | None = None,
+        adopted: Adopted | None = None,
     ) -> None:
         if self.engine is None or self.vad is None or self.report is None:
             return
-        session_id = uuid.uuid4().hex[:12]
+        session_id = uuid.uuid4().hex[:12] if adopted is None else adopted.adoption.session_id
         config = self.session_config()
         if self.vad_pump is not None:
             config = replace(config, defer_vad=True)
@@ -786,7 +823,12 @@ class App:
             ),
             start_deadline_s=START_DEADLINE_S if route.key_in_band else None,
             vad_pump=self.vad_pump,
-            resuming=self.resumes.resuming(codec, claim, session_id),
+            resuming=(
+                self.resumes.resuming(codec, claim, session_id)
+                if adopted is None
+                else adopted.resuming
+            ),
+            adoption=None if adopted is None else adopted.adoption,
         )
         self.sessions[session_id] = conn
         self.metrics.connections.inc()

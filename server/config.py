@@ -177,9 +177,8 @@ class LimitsConfig:
     max_session_s: float = 4 * 3600.0
     idle_timeout_s: float = 30.0
     # How long a v1 stream whose client dropped waits for it to resume (server/resume);
-    # 0 (the default until a resume can reach another worker's stream): the stream ends
-    # with its connection.
-    resume_grace_s: float = 0.0
+    # 0: the stream ends with its connection.
+    resume_grace_s: float = 30.0
     max_pending_events: int = 256
     # Per-connection send buffering (kernel SO_SNDBUF and the library's write buffer):
     # None keeps the kernel's autotuning; a small value bounds what a slow reader can hold.
@@ -420,6 +419,9 @@ class ServerConfig:
     session: SessionSettings = field(default_factory=SessionSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     shutdown_timeout_s: float = 30.0
+    # On a drain, how long a session whose protocol can move (AudioHook's `reconnect`) is
+    # given to go on elsewhere and close this one, before it is drained as any other.
+    hand_off_s: float = 10.0
     log_level: str = "info"
     # Front-end worker processes: 1 is one process doing everything; N > 1 adds a
     # supervisor and one engine process per device (docs/deploy.md); `auto` is the usable
@@ -429,6 +431,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.shutdown_timeout_s > 0:
             raise ValueError("shutdown_timeout_s must be > 0")
+        if not 0 <= self.hand_off_s < self.shutdown_timeout_s:
+            raise ValueError("hand_off_s must be within 0 and shutdown_timeout_s (less)")
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) >= 1):
             raise ValueError(f"workers must be 'auto' or a whole number >= 1; got {self.workers!r}")
         if self.log_level.lower() not in LOG_LEVELS:

@@ -138,8 +138,7 @@ HELP: Mapping[str, str] = MappingProxyType(
         "resume_grace_s": (
             "How long a v1 stream whose client's connection dropped waits for the client to "
             "resume it (start.resume with the token `ready` gave), its finals kept for it; "
-            "0 ends the stream with its connection. Resumes reach the worker that holds the "
-            "stream only: use it with --workers 1 for now."
+            "0 ends the stream with its connection. A resume may land on any worker."
         ),
         "send_buffer_bytes": (
             "Per-connection send buffer (SO_SNDBUF and the WebSocket write buffer), "
@@ -282,6 +281,11 @@ HELP: Mapping[str, str] = MappingProxyType(
         ),
         # server (top level)
         "shutdown_timeout_s": "Seconds SIGTERM waits for open streams to end: above 0.",
+        "hand_off_s": (
+            "On shutdown or reload, seconds an AudioHook session asked to reconnect (Genesys "
+            "continues it on a new connection) has to close this one before it is ended as "
+            "any other: 0 asks none; less than shutdown_timeout_s."
+        ),
         "log_level": "Lowest level logged: debug|info|warning|error|critical.",
         "workers": (
             "Front-end processes: a number, 1 or more, or auto (usable cores less one per engine "

@@ -29,7 +29,13 @@ async def run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.request_shutdown)
+    # Its default would end the server at once, owed finals unsent.
+    loop.add_signal_handler(signal.SIGHUP, _no_reload)
     await app.serve(on_listening)
+
+
+def _no_reload() -> None:
+    log.warning("SIGHUP ignored: a reload replaces workers, so it needs --workers 2 or more")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from streaming.events import (
     Ended,
     ErrorEvent,
     Final,
+    HandOff,
     Marked,
     Resumed,
     SessionEvent,
@@ -34,7 +35,7 @@ from streaming.vad.types import VadModel
 
 #: Events that belong to the stream as a whole, not to one channel (the group makes its
 #: own errors and end; channels are never aborted one by one).
-_GROUP_EVENTS = (Configured, Ended, ErrorEvent, Marked, Acked, Resumed)
+_GROUP_EVENTS = (Configured, Ended, ErrorEvent, Marked, Acked, Resumed, HandOff)
 
 
 def channel_session_id(session_id: str, channel: int) -> str:

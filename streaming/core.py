@@ -70,6 +70,9 @@ class StreamSession(Protocol):
     @property
     def has_deferred(self) -> bool: ...
 
+    @property
+    def in_pause(self) -> bool: ...
+
     def resume(self, now: float) -> None: ...
 
 
@@ -164,6 +167,11 @@ class SessionCore:
     @property
     def has_deferred(self) -> bool:
         return isinstance(self._core, Session) and self._core.has_deferred
+
+    @property
+    def in_pause(self) -> bool:
+        """Between utterances (a single stream's: a channel group never is)."""
+        return isinstance(self._core, Session) and self._core.in_pause
 
     def resume(self, now: float) -> None:
         if isinstance(self._core, Session):

@@ -174,6 +174,15 @@ class Acked:
 
 
 @dataclass(frozen=True, slots=True)
+class HandOff:
+    """The server is going away: the client is asked to go on with the session on a new
+    connection (AudioHook's `reconnect`), this one serving until it closes. For the client
+    alone, and only for a codec that can say it (`HandsOff`)."""
+
+    info: str = "the server is restarting: continue this session on a new connection"
+
+
+@dataclass(frozen=True, slots=True)
 class Resumed:
     """A dropped stream taken up on a new connection: the server has `samples` of its
     audio (the client resends from where it said it would, at most this), a fresh token
@@ -199,4 +208,5 @@ SessionEvent = (
     | Ended
     | Acked
     | Resumed
+    | HandOff
 )

@@ -370,6 +370,12 @@ class Session:
         return self._vad_job is not None or bool(self._deferred)
 
     @property
+    def in_pause(self) -> bool:
+        """No utterance is open and the VAD has judged the audio taken (none waits for
+        it): a cut here splits no speech the VAD has heard."""
+        return self._segmenter.open_utt_id is None and self._vad_job is None and not self._deferred
+
+    @property
     def has_deferred(self) -> bool:
         """Commands wait for `resume`: no VAD job is out and the audio before them has been
         judged (all but a partial block), so applying them runs no VAD on the caller."""

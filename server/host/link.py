@@ -26,14 +26,17 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    HandOver,
     HangUp,
     Joined,
     ListStreams,
     OpenStream,
     Pipe,
+    Ready,
     Relay,
     Release,
     Report,
+    Retire,
     Subscribe,
     TakeUp,
     Topic,
@@ -43,6 +46,7 @@ from server.host.messages import (
 )
 from server.http.tenants import Tenant
 from server.live.socket_port import SocketPort
+from server.resume.handover import Handover
 from server.resume.pipes import ClientEnd, PipePort
 from server.streams.hub import MAX_SUBSCRIBERS, LiveStream, StreamHub, Subscription
 from streaming.errors import StreamIdTakenError
@@ -102,6 +106,7 @@ class HostLink:
         # (None) or why not.
         self.on_take_up: Callable[[PipePort, TakeUp], Awaitable[str | None]] | None = None
         self._pipes: dict[str, PipePort | ClientEnd] = {}  # resumes piped, either end
+        self.on_retire: Callable[[], None] | None = None  # a reload replaces this worker
         self._closing = False
 
     async def connect(self) -> None:
@@ -248,6 +253,9 @@ class HostLink:
                     sub.put(body.event)  # one too far behind is dropped (its Follower)
             case Unfollow():
                 self._unfollowed(body)
+            case Retire():
+                if self.on_retire is not None:
+                    self.on_retire()
             case Pipe():
                 end = self._pipes.get(body.pipe_id)
                 if end is not None:
@@ -307,9 +315,10 @@ class HostLink:
 
     async def take_up_elsewhere(
         self, port: SocketPort, key: str, session_id: str, request: ResumeRequest
-    ) -> ClientEnd | str:
+    ) -> ClientEnd | Handover | str:
         """A resume for a stream this worker does not hold: the end that pipes the client
-        to the worker that does (run it), or why it cannot be taken up."""
+        to the worker that does (run it), the stream itself when its worker retired and
+        handed it over (go on with it here), or why it cannot be taken up."""
         pipe_id = f"{self.worker}.{next(self._ids)}"
         end = ClientEnd(port, pipe_id, self._pipe_notice, self._pipe_drain)
         self._pipes[pipe_id] = end  # its first frames may come before the answer does
@@ -320,7 +329,21 @@ class HostLink:
         if answer is None:
             return end
         self._pipes.pop(pipe_id, None)
-        return answer if isinstance(answer, str) else "the stream could not be taken up"
+        if isinstance(answer, Handover | str):
+            return answer
+        return "the stream could not be taken up"
+
+    async def hand_over(self, handover: Handover, wait_s: float) -> bool:
+        """Give a stream up for the worker its client resumes on; whether it was kept."""
+        try:
+            return await self._call(HandOver(handover, wait_s)) is True
+        except ChannelClosedError:
+            return False
+
+    def ready(self) -> None:
+        """Tell the supervisor this worker has loaded (a reload waits for it)."""
+        if self._channel is not None:
+            self._channel.notify(Ready(self.worker))
 
     async def _take_up(self, body: TakeUp) -> str | None:
         if self.on_take_up is None:

@@ -1,10 +1,10 @@
 """What workers and the supervisor say to each other over their channel: plain records.
 
 Worker → supervisor calls: `Acquire`, `UseToken`, `OpenStream`, `ListStreams`, `Follow`,
-`Gather`, `TakeUp`.
+`Gather`, `TakeUp`, `HandOver`.
 Supervisor → worker calls: `Describe`, `Subscribe`, `Report`, `TakeUp`.
-Notices, either way: `Joined`, `Release`, `CloseStream`, `Relay`, `Unfollow`, `Pipe`,
-`HangUp`.
+Notices: `Joined`, `Ready` (worker → supervisor); `Retire` (supervisor → worker); either
+way `Release`, `CloseStream`, `Relay`, `Unfollow`, `Pipe`, `HangUp`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from server.host.admission import Kind
+from server.resume.handover import Handover
 from streaming.events import SessionEvent
 from streaming.protocols.v1.codec import ResumeRequest
 
@@ -112,7 +113,8 @@ class TakeUp:
     """A resume landed on a worker that does not hold its stream: the worker that runs the
     stream `key` takes it up (the supervisor passes the call on to it). Answered None when
     it did, the client's frames then going both ways as `Pipe` notices under `pipe_id`;
-    else the refusal's message. The landing worker has checked the resume token."""
+    a `Handover` when the stream's worker retired and the landing worker is to go on with
+    it; else the refusal's message. The landing worker has checked the resume token."""
 
     key: str
     session_id: str
@@ -121,12 +123,34 @@ class TakeUp:
     peer: str
 
 
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """A retiring worker gives up a stream for the worker its client resumes on (kept
+    `wait_s`, the resume grace); answered once kept."""
+
+    handover: Handover
+    wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The worker has loaded and takes connections."""
+
+    worker: int
+
+
 # ---- supervisor → worker ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Describe:
     """This worker's live streams."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """A reload replaces this worker: hand its streams on (v1 streams to the worker each
+    resumes on, AudioHook's told to reconnect), drain the rest, and exit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,14 @@ class PlainPortProtocol(HttpToolsProtocol):
         super().data_received(data)
 
 
+def stop_accepting(server: QuietServer) -> None:
+    """Take no new connections; those open go on. The sockets may be shared with other
+    processes (a supervisor's workers): only this process's copies close, and the kernel
+    hands new connections to the others."""
+    for listening in server.servers:
+        listening.close()
+
+
 async def stop(server: QuietServer, task: asyncio.Task[None]) -> None:
     server.should_exit = True
     await task

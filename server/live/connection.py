@@ -21,6 +21,7 @@ from engine.types import InferenceResult
 from server.live.outbox import Outbox, OutboxOverflowError
 from server.live.socket_port import ClientGone, Port
 from server.live.vad_pump import VadPump
+from server.resume.handover import Handover
 from server.resume.parked import ParkedStreams
 from server.resume.stream import Resumption
 from server.streams.hub import Publisher
@@ -34,8 +35,16 @@ from streaming.errors import (
     ProtocolError,
     SessionLimitError,
 )
-from streaming.events import Configured, Ended, ErrorEvent, Failed, Final, SessionEvent
-from streaming.protocols.base import Codec
+from streaming.events import (
+    Configured,
+    Ended,
+    ErrorEvent,
+    Failed,
+    Final,
+    HandOff,
+    SessionEvent,
+)
+from streaming.protocols.base import Codec, HandsOff
 from streaming.protocols.v1.codec import ResumeRequest
 from streaming.vad.jobs import VadJob, VadStep
 
@@ -50,6 +59,14 @@ DROP_MAX_S = 60.0
 INTERNAL_ERROR = "internal_error"
 #: How long a session whose client ended its stream and left may run on for its followers.
 OWED_FINALS_S = 30.0
+#: How long a stream being handed over waits for the host to take it before it closes.
+HAND_OVER_S = 10.0
+#: RFC 6455's "Service Restart": the client should reconnect (and resume).
+CLOSE_SERVICE_RESTART = 1012
+#: What followers of a stream handed over are told before its `end` on this worker.
+MOVED = ErrorEvent(
+    "stream_moved", "the stream moved to another worker of this server: follow it again"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +77,18 @@ class Resuming:
     parked: ParkedStreams[Connection]
     grace_s: float
     stream: Resumption
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """A stream this connection takes over from a retiring worker: its session's id, the
+    commands of its `start`, what goes out first (`resumed` and the replay), and the map
+    of its session's events onto the stream's clock and numbering."""
+
+    session_id: str
+    commands: Sequence[Command]
+    first: list[SessionEvent]
+    shift: Callable[[SessionEvent], SessionEvent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +124,7 @@ class Connection:
         start_deadline_s: float | None = None,
         vad_pump: VadPump | None = None,
         resuming: Resuming | None = None,
+        adoption: Adoption | None = None,
     ) -> None:
         self.ws = ws
         self.codec = codec
@@ -144,6 +174,12 @@ class Connection:
         self._first: list[SessionEvent] = []  # sent before the outbox (a resume's replay)
         self._released: asyncio.Future[None] = self._loop.create_future()  # the port's use
         self._parked = asyncio.Event()  # set while parked (a takeover waits for it)
+        self._adoption = adoption
+        # Handing the stream over (a retiring worker): set once every final is handed to
+        # the socket, then the socket waits for `moved` to close.
+        self._handing_over = False
+        self._all_handed = asyncio.Event()
+        self._moved: asyncio.Future[None] = self._loop.create_future()
 
     async def run(self) -> None:
         """Serve until the session ends or the client disconnects (and, for a resumable
@@ -154,6 +190,9 @@ class Connection:
             asyncio.create_task(self._write(), name="write"),
         ]
         self._step(partial(self._feed, self.codec.opening()))  # e.g. a session.created
+        if self._adoption is not None:
+            self._first = list(self._adoption.first)
+            self._step(partial(self._feed, self._adoption.commands))
         if self._start_deadline_s is not None and not self._configured:
             self._start_timer = self._loop.call_later(self._start_deadline_s, self._no_start)
         try:
@@ -297,14 +336,103 @@ class Connection:
             async with asyncio.timeout(OWED_FINALS_S):
                 await self._settled.wait()
 
-    async def drain(self) -> None:
-        """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001."""
+    async def drain(self, hand_off_s: float = 0.0) -> None:
+        """Graceful shutdown: finish the utterance in flight, send owed finals, close 1001.
+        A session whose protocol can move is first asked to go on elsewhere, and given
+        `hand_off_s` to close this connection itself."""
+        if hand_off_s > 0 and await self._handed_off(hand_off_s):
+            return
         self._going_away = True
         self._draining.set()
         self._stepped.set()
         if not self._finishing:  # a session that is already ending has nothing to drain
             self._step(lambda: self.session.end_of_stream(self._loop.time()))
         await self._done.wait()
+
+    def can_hand_over(self) -> bool:
+        """A stream another worker can go on with: resumable, one channel, still taking
+        audio (one whose client sent `stop` just finishes)."""
+        resuming = self._resuming
+        return (
+            resuming is not None
+            and resuming.stream.resumable
+            and not resuming.stream.channels
+            and not self.session.stopped
+            and not (self._finishing or self._going_away or self._dropping is not None)
+            and self._ending_error is None
+        )
+
+    @property
+    def stream_key(self) -> str | None:
+        """The stream's name host-wide, once it is listed."""
+        return None if self._publisher is None else self._publisher.key
+
+    async def hand_over(self, key: str, pause_s: float) -> Handover | None:
+        """A retiring worker's drain of a stream that moves: at the next pause between
+        utterances (within `pause_s`; else the utterance in flight ends where the audio
+        stops), every final goes out (or waits for a parked client), then the stream as
+        it is left; None when it could not be (it ended meanwhile). The caller hands it
+        on, then calls `moved`."""
+        resuming = self._resuming
+        if resuming is None or not self.can_hand_over():
+            return None
+        await self._until_pause(pause_s)
+        if not self.can_hand_over():
+            return None
+        self._handing_over = True
+        if self._publisher is not None:
+            self._publisher.moving = True
+        self._draining.set()  # a parked stream waits for its client no more
+        self._stepped.set()
+        self._step(lambda: self.session.end_of_stream(self._loop.time()))
+        ended = asyncio.ensure_future(self._ended.wait())
+        handed = asyncio.ensure_future(self._all_handed.wait())
+        try:
+            async with asyncio.timeout(HAND_OVER_S):
+                await ended
+                if not self.ws.closed and not self._tasks[2].done():
+                    await asyncio.wait(
+                        [handed, self._tasks[2]], return_when=asyncio.FIRST_COMPLETED
+                    )
+        except TimeoutError:
+            return None
+        finally:
+            ended.cancel()
+            handed.cancel()
+        while (event := self._outbox.take_nowait()) is not None:  # a parked client's
+            resuming.stream.handed(event)
+        return resuming.stream.handover(self.session.session_id, key, self._sample_rate)
+
+    async def done(self) -> None:
+        """Wait until the connection has finished."""
+        await self._done.wait()
+
+    async def _until_pause(self, wait_s: float) -> None:
+        """Let a stream that is taking audio reach a pause between utterances (at most
+        `wait_s`): handed over there, no utterance is split between two workers."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                while not (self.session.in_pause or self._parked.is_set() or self._finishing):
+                    self._stepped.clear()
+                    await self._stepped.wait()
+
+    def moved(self) -> None:
+        """The stream is handed over: the client is told to resume."""
+        if not self._moved.done():
+            self._moved.set_result(None)
+
+    async def _handed_off(self, wait_s: float) -> bool:
+        """Ask the client to go on with the session on a new connection; whether it closed
+        this one within `wait_s` (its `close` is answered after the owed finals)."""
+        if not isinstance(self.codec, HandsOff) or not self.codec.can_hand_off:
+            return False
+        if self._finishing or self._dropping is not None or self.ws.closed:
+            return False
+        self._outbox.put(HandOff())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                await self._done.wait()
+        return self._done.is_set()
 
     def _client_gone(self, reader: asyncio.Task[None]) -> bool:
         return reader.done() and self.ws.closed
@@ -449,6 +577,9 @@ class Connection:
                 event = self._first.pop(0) if self._first else await self._outbox.get()
                 if self._resuming is not None:
                     self._resuming.stream.handed(event)
+                if isinstance(event, Ended) and self._handing_over:
+                    await self._close_when_moved()
+                    return
                 for frame in self.codec.encode(event):
                     await self.ws.send(frame)
                 if isinstance(event, Ended):
@@ -458,6 +589,15 @@ class Connection:
                     return
         except ClientGone:
             return
+
+    async def _close_when_moved(self) -> None:
+        """Every final is handed out: once the stream is handed over, the client is told
+        to resume (close 1012), which takes it to the worker that goes on with it."""
+        self._all_handed.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HAND_OVER_S):
+                await asyncio.shield(self._moved)
+        await self.ws.close(CLOSE_SERVICE_RESTART, MOVED.code)
 
     async def _let_client_close(self) -> None:
         """After a normal end, give the client the codec's grace to close first.
@@ -490,7 +630,11 @@ class Connection:
         try:
             # A refused publication aborts the session, which may add events and requests.
             while events := self.session.events_to_send():
+                if self._adoption is not None:
+                    events = [self._adoption.shift(e) for e in events]
                 for event in events:
+                    if isinstance(event, Ended) and self._handing_over:
+                        self._publish(MOVED)  # followers follow it again where it goes on
                     # A client gone after `stop` reads nothing more; one gone mid-stream
                     # may come back for what it missed: its finals, errors and end.
                     owed = isinstance(event, Final | Failed | ErrorEvent | Ended)

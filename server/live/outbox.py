@@ -53,5 +53,9 @@ class Outbox:
             await self._ready.wait()
         return self._events.popleft()
 
+    def take_nowait(self) -> SessionEvent | None:
+        """The next event if one is queued (a stream handed over empties its outbox)."""
+        return self._events.popleft() if self._events else None
+
     def __len__(self) -> int:
         return len(self._events)

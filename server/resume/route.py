@@ -12,12 +12,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from server.host.messages import TakeUp
 from server.http.tenants import Claim, stream_key
-from server.live.connection import Connection, Resuming
+from server.live.connection import Adoption, Connection, Resuming
 from server.live.socket_port import ClientGone, Port, SocketPort
 from server.resume import tokens
+from server.resume.handover import Handover, Shift
 from server.resume.parked import ParkedStreams
 from server.resume.pipes import ClientEnd
 from server.resume.stream import Resumption
@@ -57,9 +59,32 @@ LET_GO_S = 5.0
 RESUME_PEEK_S = 2.0
 
 
-#: A resume for a stream this worker does not hold, asked of the host (a worker's link):
-#: (client's port, stream key, session id, request) → the end that pipes it, or why not.
-Elsewhere = Callable[[SocketPort, str, str, ResumeRequest], Awaitable[ClientEnd | str]]
+class ResumeHost(Protocol):
+    """What a worker of several asks its supervisor about resumes (its link)."""
+
+    async def take_up_elsewhere(
+        self, port: SocketPort, key: str, session_id: str, request: ResumeRequest
+    ) -> ClientEnd | Handover | str:
+        """The end that pipes `port` to the stream's worker, the stream itself (handed
+        over by a retiring worker), or why not."""
+        ...
+
+    async def hand_over(self, handover: Handover, wait_s: float) -> bool:
+        """Keep a stream for the worker its client resumes on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    """A stream handed over to this worker: what its connection resumes and adopts."""
+
+    resuming: Resuming
+    adoption: Adoption
+
+
+#: Serves a stream handed over to this worker on the resume's connection (the app's):
+#: (port, codec, claim, the stream) → done when the stream is done with the port.
+Adopter = Callable[[SocketPort, V1Codec, Claim, Adopted], Awaitable[None]]
 
 #: Why a resume finds no stream (here, nor on any other worker).
 NOT_WAITING = "the stream is not waiting to be resumed: it ended, or its grace ran out"
@@ -67,19 +92,19 @@ NOT_WAITING = "the stream is not waiting to be resumed: it ended, or its grace r
 
 class Resumes:
     """One worker's resumable streams: what each new stream is given, and resumes.
-    `live` finds a stream by its session id while it still holds a socket; `elsewhere`
-    (a worker of several) pipes a resume to the worker that holds its stream."""
+    `live` finds a stream by its session id while it still holds a socket; `host` (a
+    worker of several) finds the others' streams."""
 
     def __init__(
         self,
         policy: ResumePolicy,
         live: Callable[[str], Connection | None],
-        elsewhere: Elsewhere | None = None,
+        host: ResumeHost | None = None,
     ) -> None:
         self.policy = policy
         self.parked: ParkedStreams[Connection] = ParkedStreams()
         self._live = live
-        self._elsewhere = elsewhere
+        self.host = host
 
     def resuming(self, codec: Codec, claim: Claim, session_id: str) -> Resuming | None:
         """What a new stream keeps for resuming (None when resuming is off, or for a
@@ -96,10 +121,11 @@ class Resumes:
 
         return Resuming(self.parked, policy.grace_s, Resumption(codec, token_for))
 
-    async def take_up(self, port: SocketPort, codec: Codec, claim: Claim) -> bool:
+    async def take_up(self, port: SocketPort, codec: Codec, claim: Claim, adopt: Adopter) -> bool:
         """Whether a new v1 connection's first message, if it comes within
         `RESUME_PEEK_S`, is a resume: then it is served here until the stream is done with
-        this socket (or refused). Any other first message stays for the session's codec."""
+        this socket (or refused). Any other first message stays for the session's codec.
+        A stream a retiring worker handed over is served by `adopt`."""
         if not self.policy.on or not isinstance(codec, V1Codec):
             return False
         try:
@@ -111,7 +137,7 @@ class Resumes:
             return False
         await port.recv()  # taken: it is this resume's
         try:
-            released = await self._resume(port, request, _tenant(claim))
+            released = await self._resume(port, request, codec, claim, adopt)
         except ResumeRefusedError as exc:
             log.info("resume refused: %s", exc)
             await _refuse(port, codec, exc)
@@ -120,20 +146,55 @@ class Resumes:
         return True
 
     async def _resume(
-        self, port: SocketPort, request: ResumeRequest, tenant: str
+        self,
+        port: SocketPort,
+        request: ResumeRequest,
+        codec: V1Codec,
+        claim: Claim,
+        adopt: Adopter,
     ) -> Awaitable[None]:
+        tenant = _tenant(claim)
         verdict = tokens.verify(self.policy.secret, request.token, tenant, time.time())
         if isinstance(verdict, ResumeRefusal):
             raise ResumeRefusedError(str(verdict))
         if await self._has(verdict.session_id):
             return self._resume_here(port, verdict.session_id, request)
-        if self._elsewhere is None:
+        if self.host is None:
             raise ResumeRefusedError(NOT_WAITING)
         key = stream_key(verdict.tenant, verdict.stream_id)
-        end = await self._elsewhere(port, key, verdict.session_id, request)
+        end = await self.host.take_up_elsewhere(port, key, verdict.session_id, request)
         if isinstance(end, str):
             raise ResumeRefusedError(end)
+        if isinstance(end, Handover):
+            return await self._adopted(port, request, codec, claim, handover=end, adopt=adopt)
         return end.run()
+
+    async def _adopted(
+        self,
+        port: SocketPort,
+        request: ResumeRequest,
+        codec: V1Codec,
+        claim: Claim,
+        *,
+        handover: Handover,
+        adopt: Adopter,
+    ) -> Awaitable[None]:
+        """Go on here with a stream a retiring worker handed over; a resume refused (its
+        audio would leave a gap) leaves the stream for a better one."""
+        resuming = self.resuming(codec, claim, handover.session_id)
+        if resuming is None:
+            raise ResumeRefusedError(NOT_WAITING)
+        commands = codec.adopt(handover.start_text, handover.samples)
+        resuming.stream.adopted(handover)
+        try:
+            first = resuming.stream.resume(request, stopped=False)
+        except ResumeRefusedError:
+            if self.host is not None:
+                await self.host.hand_over(handover, self.policy.grace_s)
+            raise
+        shift = Shift(handover.next_utt_id, handover.clock_ms)
+        adoption = Adoption(handover.session_id, commands, first, shift)
+        return adopt(port, codec, claim, Adopted(resuming, adoption))
 
     async def take_up_piped(self, port: Port, body: TakeUp) -> str | None:
         """A resume that landed on another worker, for a stream here (its token checked

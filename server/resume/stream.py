@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from server.resume.handover import Handover
 from streaming.errors import ResumeRefusedError
 from streaming.events import Acked, Configured, Failed, Final, Resumed, SessionEvent
 from streaming.protocols.v1.codec import ResumeRequest, V1Codec
@@ -21,6 +22,13 @@ from streaming.protocols.v1.codec import ResumeRequest, V1Codec
 REPLAY_FINALS = 256
 #: Audio acknowledged about this often (seconds of the stream's audio).
 ACK_EVERY_S = 1.0
+#: A stream handed to another worker goes on from this far before the audio taken: the
+#: VAD there hears again what this one may have heard as the start of speech (less than
+#: the pause that ends an utterance, so nothing this worker decided is heard twice).
+HAND_OVER_BACK_S = 0.3
+#: Acknowledgements stay this far behind the audio taken, so the client still holds
+#: what a hand-over goes back to.
+ACK_BEHIND_S = 0.5
 
 
 class Resumption:
@@ -36,6 +44,29 @@ class Resumption:
         self._sent: deque[Final | Failed] = deque(maxlen=REPLAY_FINALS)
         self._acked = 0
         self._skip_bytes = 0  # of the resent audio, what the stream already has
+        self._next_utt_id = 0  # past every utterance the client was told of
+
+    def adopted(self, handover: Handover) -> None:
+        """This stream goes on from one another worker handed over."""
+        self.stream_id = handover.stream_id
+        self._sent.extend(handover.finals)
+        self._next_utt_id = handover.next_utt_id
+        self._acked = handover.samples
+
+    def handover(self, session_id: str, key: str, sample_rate: int) -> Handover:
+        """The stream as this worker leaves it (every final owed handed out first)."""
+        back = int(HAND_OVER_BACK_S * sample_rate)
+        samples = max(self._acked, self.codec.samples_taken - back)
+        return Handover(
+            session_id,
+            key,
+            self.stream_id,
+            self.codec.start_text,
+            samples,
+            samples * 1000 // sample_rate,
+            self._next_utt_id,
+            tuple(self._sent),
+        )
 
     def configured(self, event: Configured) -> None:
         self.stream_id = event.stream_id
@@ -46,14 +77,17 @@ class Resumption:
         """An event is being written to the socket (which may drop it unread)."""
         if isinstance(event, Final | Failed):
             self._sent.append(event)
+        utt_id = getattr(event, "utt_id", None)
+        if isinstance(utt_id, int):
+            self._next_utt_id = max(self._next_utt_id, utt_id + 1)
 
     def ack(self, sample_rate: int) -> Acked | None:
         """An acknowledgement, when a second or more of audio came since the last."""
-        taken = self.codec.samples_taken
-        if taken - self._acked < ACK_EVERY_S * sample_rate:
+        behind = max(0, self.codec.samples_taken - int(ACK_BEHIND_S * sample_rate))
+        if behind - self._acked < ACK_EVERY_S * sample_rate:
             return None
-        self._acked = taken
-        return Acked(taken)
+        self._acked = behind
+        return Acked(behind)
 
     def resume(self, request: ResumeRequest, *, stopped: bool) -> list[SessionEvent]:
         """Take a client's resume: `resumed`, then the finals handed out after the last it

@@ -355,6 +355,13 @@ class Publisher:
         # The connection's way to end its session when another worker already has the
         # stream's id (learnt a moment after the stream is listed here).
         self.on_refused: Callable[[ProtocolError], None] | None = None
+        # Handed over to another worker, where it goes on: its webhook gets no `end` here.
+        self.moving = False
+
+    @property
+    def key(self) -> str | None:
+        """The stream's name host-wide, once it is listed."""
+        return None if self._stream is None else self._stream.key
 
     def event(self, event: SessionEvent) -> ProtocolError | None:
         """Publish one event; the first `Configured` lists the stream (or is refused)."""
@@ -367,7 +374,10 @@ class Publisher:
         if isinstance(event, Marked):
             return None  # a protocol's own in-order reply (AudioHook's pong): not the stream's
         self._hub.publish(self._stream, event)
-        if self._webhook is not None and isinstance(event, Final | Failed | Ended):
+        webhooked = isinstance(event, Final | Failed) or (
+            isinstance(event, Ended) and not self.moving
+        )
+        if self._webhook is not None and webhooked:
             self._webhook.send(self._webhook_body(self._stream, event))
         return None
 

@@ -150,6 +150,22 @@ class Child:
                 log.warning("%s could not be started again: %s", self.spec.name, exc)
         return None
 
+    def retiring(self) -> None:
+        """It is going to exit of its own accord: not restarted when it does."""
+        self._stopping = True
+
+    async def exited(self, timeout_s: float) -> bool:
+        """Whether the process exits within `timeout_s`."""
+        proc = self.proc
+        if proc is None:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                await proc.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def stop(self, timeout_s: float) -> int | None:
         """SIGTERM, then SIGKILL after `timeout_s`; the exit status."""
         self._stopping = True
@@ -185,6 +201,11 @@ class Keeper:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def forget(self, child: Child) -> None:
+        """A child replaced by another (a reload): no longer one of its role's."""
+        if child in self.children:
+            self.children.remove(child)
 
     def lost(self, role: str) -> int:
         """How many children of `role` were given up."""

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.remote.unix import bind_private
 from server.host.admission import Admission, Kind
@@ -26,14 +26,17 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    HandOver,
     HangUp,
     Joined,
     ListStreams,
     OpenStream,
     Pipe,
+    Ready,
     Relay,
     Release,
     Report,
+    Retire,
     Subscribe,
     TakeUp,
     Topic,
@@ -42,6 +45,7 @@ from server.host.messages import (
     Why,
 )
 from server.host.token_uses import TokenUses
+from server.resume.handover import Handover
 from server.streams.hub import KeyWaits
 
 log = logging.getLogger("sensestream.supervisor")
@@ -58,6 +62,7 @@ class WorkerLink:
     channel: Channel | None = None
     worker: int = -1
     pid: int = 0
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # loaded, taking connections
 
     async def answer(self, body: object) -> object:
         return await self.control.answer(self, body)
@@ -98,6 +103,11 @@ class Control:
         self._opened = KeyWaits()  # keys a follow waits for
         self._follows: dict[str, _Follow] = {}
         self._pipes: dict[str, _Pipe] = {}  # resumes piped from one worker to another
+        # Streams a retiring worker handed over, by key, until a resume takes them (or
+        # the loop time in the pair passes: their grace ran out).
+        self._handed: dict[str, tuple[Handover, float]] = {}
+        self._joined = asyncio.Event()  # set (and cleared) whenever a worker joins
+        self._every_link: set[WorkerLink] = set()  # a retiring worker's, beside its successor's
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -116,6 +126,7 @@ class Control:
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = WorkerLink(self, next(self._owners))
         link.channel = Channel(reader, writer, link)
+        self._every_link.add(link)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -133,6 +144,10 @@ class Control:
             case Joined():
                 link.worker, link.pid = body.worker, body.pid
                 self.links[body.worker] = link
+                self._joined.set()
+                self._joined.clear()
+            case Ready():
+                link.ready.set()
             case Release():
                 self.admission.release(body.lease)
             case CloseStream():
@@ -146,17 +161,20 @@ class Control:
                 follow = self._follows.pop(body.follow_id, None)
                 if follow is not None:
                     _send(follow.owner if link is follow.follower else follow.follower, body)
-            case Pipe():
-                pipe = self._pipes.get(body.pipe_id)
-                if pipe is not None:
-                    _send(pipe.other(link), body)
-            case HangUp():
-                pipe = self._pipes.pop(body.pipe_id, None)
-                if pipe is not None:
-                    _send(pipe.other(link), body)
+            case Pipe() | HangUp():
+                self._piped(link, body)
+
+    def _piped(self, link: WorkerLink, body: Pipe | HangUp) -> None:
+        """A piped resume's frame (or its end) goes on to the pipe's other end."""
+        pipe = self._pipes.get(body.pipe_id)
+        if isinstance(body, HangUp):
+            self._pipes.pop(body.pipe_id, None)
+        if pipe is not None:
+            _send(pipe.other(link), body)
 
     def _gone(self, link: WorkerLink) -> None:
         """A worker's channel closed: everything it held is released."""
+        self._every_link.discard(link)
         if self.links.get(link.worker) is link:
             del self.links[link.worker]
         released = self.admission.release_owner(link.owner)
@@ -205,6 +223,8 @@ class Control:
                 return await self._follow(link, body)
             case TakeUp():
                 return await self._take_up(link, body)
+            case HandOver():
+                return self._hand_over(link, body)
             case Gather():
                 return await self._gathered(body.topic, await self._ask_all(Report(body.topic)))
         raise ValueError(f"not a supervisor call: {type(body).__name__}")
@@ -233,8 +253,30 @@ class Control:
             self._follows.pop(body.follow_id, None)
         return where if isinstance(where, Followed) else Followed.MISSING
 
-    async def _take_up(self, link: WorkerLink, body: TakeUp) -> str | None:
-        """Pass a resume on to the worker that runs its stream, and pipe between them."""
+    def _hand_over(self, link: WorkerLink, body: HandOver) -> bool:
+        """Keep a retiring worker's stream for its client's resume; its name is free."""
+        key = body.handover.key
+        if self._streams.get(key) is link:
+            del self._streams[key]
+        now = asyncio.get_running_loop().time()
+        self._handed = {k: kept for k, kept in self._handed.items() if kept[1] > now}
+        self._handed[key] = (body.handover, now + body.wait_s)
+        return True
+
+    def _handed_over(self, key: str, session_id: str) -> Handover | None:
+        kept = self._handed.get(key)
+        if kept is None or kept[0].session_id != session_id:
+            return None
+        del self._handed[key]
+        live = kept[1] > asyncio.get_running_loop().time()
+        return kept[0] if live else None
+
+    async def _take_up(self, link: WorkerLink, body: TakeUp) -> str | Handover | None:
+        """Hand a stream a retiring worker left to the worker its resume landed on; else
+        pass the resume on to the worker that runs the stream, and pipe between them."""
+        handover = self._handed_over(body.key, body.session_id)
+        if handover is not None:
+            return handover
         owner = self._streams.get(body.key)
         if owner is None or owner is link:
             return "the stream is not waiting to be resumed: it ended, or its grace ran out"
@@ -247,6 +289,31 @@ class Control:
             self._pipes.pop(body.pipe_id, None)
             return answer if isinstance(answer, str) else "the stream could not be taken up"
         return None
+
+    # ---- reloads -------------------------------------------------------------------------
+
+    async def until_ready(self, pid: int, timeout_s: float) -> bool:
+        """Whether the worker process `pid` joined and said it is ready within `timeout_s`."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while (link := self._link_of(pid)) is None:
+                    await self._joined.wait()
+                await link.ready.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def retire(self, pid: int) -> bool:
+        """Tell the worker process `pid` to hand its streams on and exit; whether it could
+        be told (it is connected)."""
+        link = self._link_of(pid)
+        if link is None or link.channel is None or link.channel.closed:
+            return False
+        link.channel.notify(Retire())
+        return True
+
+    def _link_of(self, pid: int) -> WorkerLink | None:
+        return next((link for link in self._every_link if link.pid == pid), None)
 
     async def _ask_all(self, body: object) -> list[tuple[int, object]]:
         """Every worker's answer (None for one that did not answer), by worker index."""

@@ -33,12 +33,15 @@ from server.host.messages import Gathered, Topic
 from server.http.listener import bind, bound_port
 from server.supervisor.children import Child, ChildSpec, Keeper
 from server.supervisor.control import Control
+from server.supervisor.reload import ReloadPlan, reload_workers
 from server.supervisor.scrape import scrape_engine
 
 log = logging.getLogger("sensestream.supervisor")
 
 #: Seconds beyond the drain timeout a worker gets before it is killed at shutdown.
 STOP_MARGIN_S = 10.0
+#: How long a reload waits for a new worker to load (a model may be built on first use).
+READY_S = 300.0
 
 
 class Supervisor:
@@ -75,6 +78,7 @@ class Supervisor:
         self._engine_paths: tuple[str, ...] = ()
         self._stop = asyncio.Event()
         self._fatal: str | None = None
+        self._reloading: asyncio.Task[bool] | None = None
 
     async def run(self, on_listening: Callable[[int], None]) -> int:
         """Serve until SIGTERM/SIGINT (0), or a lost child that stops the host (2): one
@@ -101,6 +105,18 @@ class Supervisor:
 
     def request_shutdown(self) -> None:
         self._stop.set()
+
+    def request_reload(self) -> None:
+        """SIGHUP: replace the workers one at a time (a reload already going on goes on)."""
+        if self._stop.is_set() or not self.workers:
+            return
+        if self._reloading is not None and not self._reloading.done():
+            log.info("reload: one is already going on")
+            return
+        plan = ReloadPlan(READY_S, self.config.shutdown_timeout_s + STOP_MARGIN_S)
+        self._reloading = asyncio.create_task(
+            reload_workers(self.workers, self.control, self._keeper, plan), name="reload"
+        )
 
     async def _start(
         self, runtime: str, sockets: list[socket.socket], ops: list[socket.socket]
@@ -142,6 +158,9 @@ class Supervisor:
 
     async def _shutdown(self) -> None:
         """Workers first (they drain their sessions), then the engines they decode on."""
+        if self._reloading is not None:
+            self._reloading.cancel()
+            await asyncio.gather(self._reloading, return_exceptions=True)
         drain_s = self.config.shutdown_timeout_s + STOP_MARGIN_S
         await asyncio.gather(*(w.stop(drain_s) for w in self.workers))
         await asyncio.gather(*(e.stop(drain_s) for e, _ in self.engines))
@@ -239,3 +258,5 @@ def install_signals(supervisor: Supervisor) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, supervisor.request_shutdown)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, supervisor.request_reload)

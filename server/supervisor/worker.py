@@ -40,6 +40,8 @@ async def run_worker(config: ServerConfig, environ: Mapping[str, str], seat: Wor
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.request_shutdown)
+    # The supervisor reloads (it tells a worker to retire): a stray hangup is no stop.
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)
     await app.serve()
 
 

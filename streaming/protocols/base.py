@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from streaming.commands import Command, HotwordRefusal, writes_any
 from streaming.errors import ProtocolError
@@ -92,4 +92,15 @@ class Codec(Protocol):
 
     def close_code(self, error: ProtocolError) -> int:
         """The WebSocket close code that ends a stream after this client error."""
+        ...
+
+
+@runtime_checkable
+class HandsOff(Protocol):
+    """A codec whose protocol can ask its client to go on with the session on a new
+    connection (AudioHook's `reconnect`), which it sends for a `HandOff` event."""
+
+    @property
+    def can_hand_off(self) -> bool:
+        """Whether the session can be handed off now (it is open, and not ending)."""
         ...

@@ -13,6 +13,11 @@ pong for another ping, a binary frame) is listed in `problems`, never raised mid
 
 With the server's default limits (audio at most twice real time, a 5 s burst) `speed`
 may be up to 2.
+
+`play_reconnecting` also takes the server's `reconnect`: it opens a new session naming
+the one asked to move (`continuedSessions`), closes that one (`close`, reason `reconnect`,
+answered by `closed` after its owed transcripts), and streams the rest of the call on the
+new one, whose positions count from zero: one `Leg` per session.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import json
 import secrets
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -114,12 +119,15 @@ def duration(samples: int) -> str:
 class _Client:
     """One session's client state: seq counters, position, and the server's messages."""
 
-    def __init__(self, ws: ClientConnection, call: AudioHookCall, run: AudioHookRun) -> None:
+    def __init__(
+        self, ws: ClientConnection, call: AudioHookCall, run: AudioHookRun, base: int = 0
+    ) -> None:
         self.ws = ws
         self.call = call
         self.run = run
         self.seq = 0
         self.position = 0  # samples per channel: sent, and discarded by the pause
+        self.base = base  # samples of the call that earlier sessions carried
         self._arrived = asyncio.Event()
 
     async def send(self, kind: str, **parameters: Any) -> int:
@@ -168,6 +176,10 @@ class _Client:
     def stopped(self) -> bool:
         """The server said disconnect, or the socket is gone: the call stops streaming."""
         return bool(self.run.of("disconnect")) or self.ws.close_code is not None
+
+    @property
+    def asked_to_reconnect(self) -> bool:
+        return bool(self.run.of("reconnect"))
 
 
 def _open_parameters(call: AudioHookCall) -> dict[str, Any]:
@@ -237,13 +249,13 @@ async def _stream(client: _Client, call: AudioHookCall) -> None:
     """The call's frames at its pace, with the ping and the pause where they fall."""
     loop = asyncio.get_running_loop()
     width = len(call.channels)
-    total = len(call.audio) // width
+    total = len(call.audio) // width - client.base
     frame = call.frame_ms * RATE // 1000
     ping_at = None if call.ping_at_s is None else int(call.ping_at_s * RATE)
     pause_at = None if call.pause is None else int(call.pause.at_s * RATE)
     due = sorted(call.messages, key=lambda m: m.at_s)
     t0 = loop.time()
-    while client.position < total and not client.stopped():
+    while client.position < total and not (client.stopped() or client.asked_to_reconnect):
         if ping_at is not None and client.position >= ping_at:
             ping_at = None
             await client.send("ping")
@@ -258,7 +270,8 @@ async def _stream(client: _Client, call: AudioHookCall) -> None:
         cuts = [int(m.at_s * RATE) for m in due] + ([pause_at] if pause_at is not None else [])
         end = min([end, *(c for c in cuts if c > client.position)])  # they cut this frame
         await asyncio.sleep(max(0.0, t0 + client.position / RATE / call.speed - loop.time()))
-        await client.ws.send(call.audio[client.position * width : end * width])
+        first, last = client.base + client.position, client.base + end
+        await client.ws.send(call.audio[first * width : last * width])
         client.position = end
 
 
@@ -308,3 +321,63 @@ def _check_pongs(run: AudioHookRun) -> None:
     pongs = [m["clientseq"] for m in run.of("pong")]
     if pongs != pings and not run.of("disconnect"):
         run.problems.append(f"pongs answer client seqs {pongs}; the pings were {pings}")
+
+
+@dataclass
+class Leg:
+    """One session of a call that reconnects: where in the call's audio it began
+    (samples), and what it saw."""
+
+    base: int
+    run: AudioHookRun
+
+
+async def play_reconnecting(url: str, call: AudioHookCall) -> list[Leg]:
+    """Play `call`, moving to a new session whenever the server asks (`reconnect`)."""
+    total = len(call.audio) // len(call.channels)
+    client, reader = await _open_leg(url, call, 0, None)
+    legs = [Leg(0, client.run)]
+    while True:
+        await _stream(client, call)
+        done = client.base + client.position
+        if not client.asked_to_reconnect or client.stopped() or done >= total:
+            break
+        # Make before break: the new session is open before the old one is closed.
+        following = await _open_leg(url, replace(call, session_id=str(uuid.uuid4())), done, client)
+        await _close_leg(client, reader, "reconnect")
+        client, reader = following
+        legs.append(Leg(done, client.run))
+    await _close_leg(client, reader, "end")
+    return legs
+
+
+async def _open_leg(
+    url: str, call: AudioHookCall, base: int, continues: _Client | None
+) -> tuple[_Client, asyncio.Task[None]]:
+    ws = await connect(url, additional_headers=_headers(call, url), max_size=None)
+    client = _Client(ws, call, AudioHookRun(), base)
+    reader = asyncio.create_task(client.read())
+    parameters = _open_parameters(call)
+    if continues is not None:
+        serverseq = continues.run.messages[-1]["seq"] if continues.run.messages else 0
+        earlier = {
+            "id": continues.call.session_id,
+            "serverseq": serverseq,
+            "clientseq": continues.seq,
+        }
+        parameters["continuedSessions"] = [earlier]
+    await client.send("open", **parameters)
+    await client.wait_for("opened")
+    return client, reader
+
+
+async def _close_leg(client: _Client, reader: asyncio.Task[None], reason: str) -> None:
+    try:
+        if not client.stopped():
+            await client.send("close", reason=reason)
+            await client.wait_for("closed")
+        await client.ws.close()
+        await reader
+    finally:
+        reader.cancel()
+    client.run.close_code = client.ws.close_code

@@ -28,8 +28,25 @@ its `info`, then the close. A server shutdown ends it with a `disconnect` of rea
 `completed`, unless the client has already sent `close` (then `closed` answers it). After
 a `disconnect` no `closed` is sent: the reference server, too, sends `closed` only from
 its closing state. With a client secret, the handshake's signature is checked before the
-upgrade (`audiohook_signature`). Not supported: server-asked pause and resume,
-`reconnect` and continued sessions, L16 audio.
+upgrade (`audiohook_signature`).
+
+A server about to restart may hand a session off (`AudioHookCodec.hand_off`): the
+`reconnect` message asks the client to continue the session on a new connection. The
+stream goes on meanwhile; the client opens a new session naming this one in
+`continuedSessions` and closes this one (`close`, reason `reconnect`: the protocol's
+types have that reason, and a close with it is the client's like any other), which
+`closed` answers after the owed finals, as any close. A session handed off that ends before the
+client closes it (the server could wait no longer) ends without a `disconnect`: that
+would tell the client the session is over rather than moved. A new session's `open` that
+continues earlier ones is read (`AudioHookCodec.continues`); its transcript offsets are
+positions as the client counts them on the new session, from the `open`'s own `position`
+(Genesys' reference client starts each session's at zero). The `conversationId` names
+the stream, but not a continued session's: the session it continues holds that name
+until the client closes it, so a continued session's stream is named by its own session
+id.
+Genesys Cloud itself says it does not yet re-establish sessions: a server should ask for
+a hand-off only of clients known to take it. Not supported: server-asked pause and
+resume, L16 audio.
 """
 
 from __future__ import annotations
@@ -48,7 +65,7 @@ from streaming.errors import (
     StateError,
     UnknownMessageTypeError,
 )
-from streaming.events import Configured, Ended, ErrorEvent, Marked, SessionEvent
+from streaming.events import Configured, Ended, ErrorEvent, HandOff, Marked, SessionEvent
 from streaming.events import Final as FinalEvent
 from streaming.limits import SessionLimits
 from streaming.protocols.audiohook.messages import (
@@ -59,6 +76,7 @@ from streaming.protocols.audiohook.messages import (
     NULL_UUID,
     RATE,
     ClientMessage,
+    ContinuedSession,
     Media,
     choose_media,
     count_field,
@@ -94,6 +112,8 @@ MAX_FILL_S: Final = 3
 MAX_INFO_CHARS: Final = 1000
 #: μ-law's code for a zero sample.
 SILENCE: Final = b"\xff"
+#: What a hand-off's `reconnect` tells the client, unless the server says otherwise.
+HAND_OFF_INFO: Final = "the server is restarting: continue this session on a new connection"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +130,9 @@ class AudioHookCodec:
 
     The core answers every Configure with one Configured, in order: `_replies` pairs
     each with what it answers (`opened`, or nothing for an update). A `ping` is a `Mark`
-    whose `Marked`, in order with the stream's events, is sent as its `pong`.
+    whose `Marked`, in order with the stream's events, is sent as its `pong`. The
+    connection may ask the client to move the session elsewhere (`hand_off`), and learns
+    from `continues` which earlier sessions a new one goes on from.
     """
 
     def __init__(self, limits: SessionLimits, session_id: str | None = None) -> None:
@@ -124,8 +146,11 @@ class AudioHookCodec:
         self._replies: deque[_Reply] = deque()
         self._timeline = Timeline(MAX_FILL_S * RATE)
         self._paused = False
+        self._opened = False  # `opened` sent: the client has a session to continue elsewhere
         self._closing = False  # `close` taken: `closed` answers the end
         self._disconnected = False
+        self._handed_off = False  # `reconnect` sent: the end is no `disconnect`
+        self._continues: tuple[ContinuedSession, ...] = ()  # the `open`'s continuedSessions
 
     @property
     def max_message_bytes(self) -> int:
@@ -135,6 +160,21 @@ class AudioHookCodec:
     @property
     def end_grace_s(self) -> float:
         return CLIENT_CLOSE_GRACE_S
+
+    @property
+    def continues(self) -> tuple[ContinuedSession, ...]:
+        """The earlier sessions this one continues, as its `open` named them (or none)."""
+        return self._continues
+
+    @property
+    def serverseq(self) -> int:
+        """The seq of the last server message encoded (0 before the first)."""
+        return self._serverseq
+
+    @property
+    def clientseq(self) -> int:
+        """The seq of the last client message taken (0 before the first)."""
+        return self._clientseq
 
     def opening(self) -> Sequence[Command]:
         return ()
@@ -217,19 +257,41 @@ class AudioHookCodec:
                 f"none of the offered media is supported ({offered}): this server takes "
                 f"PCMU at {RATE} Hz, one or two channels"
             )
+        self._continue(request.continued, msg.position)
         self._media, self._language = media, request.language
         stereo = len(media.channels) == 2
-        probe = request.conversation_id == NULL_UUID
         self._configure = Configure(
             AudioFormat("mulaw", RATE, len(media.channels)),
             StreamOptions(language=stream_language(request.language), redact=request.redact),
             media.channels if stereo else (),
-            None if probe else request.conversation_id,
+            self._stream_id(request.conversation_id),
         )
         parameters: dict[str, Any] = {"startPaused": False, "media": [media.to_json()]}
         if request.wants_languages:
             parameters["supportedLanguages"] = list(SUPPORTED_LANGUAGES)
         return self._reply("opened", msg, parameters)
+
+    def _stream_id(self, conversation_id: str) -> str | None:
+        """The conversation names the stream (a probe's null id names none). A continued
+        session is opened while the session it continues still holds that name (the
+        client closes it after): it is named by its own session id instead."""
+        if conversation_id == NULL_UUID:
+            return None
+        return self._id if self._continues and self._id else conversation_id
+
+    def _continue(self, continued: tuple[ContinuedSession, ...], position: int) -> None:
+        """Take the sessions an `open` continues; its audio starts at its `position`."""
+        for index, earlier in enumerate(continued):
+            if earlier.id == self._id:
+                raise InvalidFieldError(
+                    f"open: continuedSessions[{index}].id is this session's own ({self._id})"
+                )
+        self._continues = continued
+        if continued:
+            # The client may count a continued session's positions on from the earlier
+            # one's or from zero: offsets and the positions of `resumed` and `discarded`
+            # are in its count either way. Not filled: no audio precedes it here.
+            self._timeline.close_gap(position, fill_ok=False)
 
     def _reply(
         self, kind: str | None, msg: ClientMessage, parameters: Mapping[str, Any]
@@ -319,6 +381,7 @@ class AudioHookCodec:
                 reply = self._replies.popleft() if self._replies else None
                 if reply is None or reply.kind is None:
                     return ()
+                self._opened = self._opened or reply.kind == "opened"
                 return (self._message(reply.kind, reply.parameters, reply.clientseq),)
             case Marked():
                 return (self._message("pong", {}, int(event.token)),)
@@ -329,6 +392,8 @@ class AudioHookCodec:
                 return self._disconnect(reason, event.message)
             case Ended():
                 return self._end()
+            case HandOff():
+                return self.hand_off(event.info)
         return ()  # partials, speech events, failed utterances: nothing in AudioHook
 
     def _message(
@@ -345,15 +410,39 @@ class AudioHookCodec:
         session_id = self._id or NULL_UUID
         return server_message(kind, session_id, self._serverseq + 1, answered, parameters)
 
+    @property
+    def can_hand_off(self) -> bool:
+        """Whether there is a session to hand off now (see `hand_off`)."""
+        return self._opened and not (self._closing or self._disconnected or self._handed_off)
+
+    def hand_off(self, info: str = HAND_OFF_INFO) -> Sequence[Frame]:
+        """Ask the client to continue this session on a new connection: the `reconnect`
+        message to send now, or none where there is nothing to hand off.
+
+        The stream goes on: the client, having opened the new session (whose `open` names
+        this one in `continuedSessions`), closes this one, and `closed` answers after the
+        owed finals. If the stream ends first, its end sends nothing (see `_end`). There
+        is nothing to hand off before `opened` has gone out, once the client has sent
+        `close` or the server a `disconnect`, nor a second time.
+        """
+        if not self.can_hand_off:
+            return ()
+        self._handed_off = True
+        return (self._message("reconnect", {"info": _cut(info)}),)
+
     def _end(self) -> Sequence[Frame]:
         """The stream's end: `closed` answers a `close`; else the server is shutting down.
 
-        Nothing after a `disconnect`: the session is over for the client already.
+        Nothing after a `disconnect` (the session is over for the client already), nor
+        after a hand-off: `reconnect` told the client where the session goes on, and a
+        `disconnect` would end it for the client.
         """
         if self._disconnected:
             return ()
         if self._closing:
             return (self._message("closed", {}),)
+        if self._handed_off:
+            return ()
         return self._disconnect("completed", "the server is shutting down")
 
     def _disconnect(self, reason: str, info: str) -> Sequence[Frame]:
@@ -361,9 +450,7 @@ class AudioHookCodec:
         if self._disconnected:
             return ()
         self._disconnected = True
-        if len(info) > MAX_INFO_CHARS:
-            info = info[: MAX_INFO_CHARS - 1] + "…"
-        return (self._message("disconnect", {"reason": reason, "info": info}),)
+        return (self._message("disconnect", {"reason": reason, "info": _cut(info)}),)
 
     def _transcript(self, final: FinalEvent) -> Sequence[Frame]:
         if not final.transcript.text.strip():
@@ -384,6 +471,11 @@ class AudioHookCodec:
             # Over the client's cap with its words (a long utterance): the text alone.
             entity = transcript_entity(final, entity_id, position, language, with_words=False)
         return (self._message("event", {"entities": [entity]}),)
+
+
+def _cut(info: str) -> str:
+    """An `info` of at most MAX_INFO_CHARS: an error may quote a long client value."""
+    return info if len(info) <= MAX_INFO_CHARS else info[: MAX_INFO_CHARS - 1] + "…"
 
 
 def make_audiohook_codec(handshake: Handshake, settings: CodecSettings) -> Codec:

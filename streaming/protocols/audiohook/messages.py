@@ -5,6 +5,13 @@ Every text message carries `version: "2"`, the session `id` (a UUID), its `type`
 `position` (where its audio stream is, an ISO 8601 duration such as `PT1.5S`), the
 server's `clientseq` (the last client seq it saw). What is checked here is each message
 on its own; the order rules (seq, state) are the codec's.
+
+An `open` may continue earlier sessions of the call (`continuedSessions`: the client
+reconnected, as a server's `reconnect` asks): each entry names one by its `id`, with the
+`serverseq` and `clientseq` the client left it at. So Genesys' reference implementation
+types them (`app/audiohook/src/protocol/message.ts`, `ContinuedSession`); it documents no
+more, and by the envelope's fields they are the last server seq the client saw there and
+the last client seq it sent there.
 """
 
 from __future__ import annotations
@@ -94,6 +101,15 @@ class Media:
 
 
 @dataclass(frozen=True, slots=True)
+class ContinuedSession:
+    """An earlier session that an `open` continues, as the client left it."""
+
+    id: str  # the earlier session's id (a UUID, in lower case)
+    serverseq: int  # the last server seq the client saw on it
+    clientseq: int  # the last client seq the client sent on it
+
+
+@dataclass(frozen=True, slots=True)
 class OpenRequest:
     """What an `open` asks for: the call, its media offers, its language."""
 
@@ -105,6 +121,8 @@ class OpenRequest:
     # The integration's `customConfig.redact` ("pci,ssn") and `redact_mask`: added to the
     # server's redaction.
     redact: Redaction = field(default_factory=Redaction)
+    # `continuedSessions`, in the client's order: empty for a new session.
+    continued: tuple[ContinuedSession, ...] = ()
 
 
 def read_client_message(text: str) -> ClientMessage:
@@ -145,10 +163,10 @@ def uuid_field(obj: Mapping[str, Any], name: str, where: str = "") -> str:
     return value.lower()
 
 
-def count_field(obj: Mapping[str, Any], name: str) -> int:
+def count_field(obj: Mapping[str, Any], name: str, where: str = "") -> int:
     value = obj.get(name)
     if type(value) is not int or value < 0:  # bool is an int: `true` is no seq
-        raise InvalidFieldError(f"{name} must be a non-negative integer; got {value!r}")
+        raise InvalidFieldError(f"{where}{name} must be a non-negative integer; got {value!r}")
     return value
 
 
@@ -201,6 +219,7 @@ def read_open(parameters: Mapping[str, Any]) -> OpenRequest:
         language,
         wants,
         _redaction(parameters.get("customConfig"), where),
+        read_continued(parameters.get("continuedSessions", [])),
     )
 
 
@@ -213,6 +232,28 @@ def _redaction(config: object, where: str) -> Redaction:
     if not isinstance(mask, bool):
         raise InvalidFieldError(f"{where}customConfig.redact_mask must be true or false")
     return Redaction(policies, mask)
+
+
+def read_continued(value: object) -> tuple[ContinuedSession, ...]:
+    """An `open`'s `continuedSessions`: each earlier session once."""
+    where = "open: continuedSessions"
+    if not isinstance(value, list):
+        raise InvalidFieldError(f"{where} must be a list of sessions; got {value!r}")
+    sessions: list[ContinuedSession] = []
+    for index, item in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(item, dict):
+            raise InvalidFieldError(f"{at} must be a JSON object; got {item!r}")
+        session = ContinuedSession(
+            uuid_field(item, "id", f"{at}."),
+            count_field(item, "serverseq", f"{at}."),
+            count_field(item, "clientseq", f"{at}."),
+        )
+        # Two entries for one session would leave it unsaid where the client left it.
+        if any(s.id == session.id for s in sessions):
+            raise InvalidFieldError(f"{at}.id names session {session.id} a second time")
+        sessions.append(session)
+    return tuple(sessions)
 
 
 def read_media(value: object) -> tuple[Media, ...]:

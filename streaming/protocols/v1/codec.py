@@ -402,7 +402,9 @@ class V1Codec:
 
     With resuming on, the server sets `resume_token_for` (stream id → token): `ready`
     then carries the stream's token. The codec counts the audio bytes it has taken, which
-    the server acknowledges as samples.
+    the server acknowledges as samples. A stream handed over from another worker is
+    `adopt`ed: its start is the one its client sent there, its count goes on from there,
+    and no second `ready` is sent.
     """
 
     def __init__(self, limits: SessionLimits) -> None:
@@ -412,6 +414,9 @@ class V1Codec:
         self.resume_token_for: Callable[[str], str] | None = None
         self.audio_bytes = 0  # every binary frame taken, as sent
         self.bytes_per_frame = AudioFormat().bytes_per_frame  # the default start's, till one
+        self.start_text: str | None = None  # the client's `start`, as sent
+        self._base_samples = 0  # an adopted stream's audio, taken on another worker
+        self._quiet_ready = False  # adopted: the client had its `ready` there
 
     @property
     def max_message_bytes(self) -> int:
@@ -449,17 +454,32 @@ class V1Codec:
                 "(--resume-grace-s 0), or the resume was not sent at once after connecting"
             )
         self._started = True
+        self.start_text = message
         return (parsed.to_command(),)
+
+    def adopt(self, start_text: str | None, samples: int) -> Sequence[Command]:
+        """Go on with a stream another worker served: the commands of its `start` (the
+        default one if it had none), its audio counted on from `samples`."""
+        commands = self.decode(start_text or '{"type":"start"}')
+        for command in commands:
+            if isinstance(command, Configure):  # counted in its format from the first
+                self.bytes_per_frame = command.audio.bytes_per_frame
+        self._base_samples = samples
+        self._quiet_ready = True
+        return commands
 
     @property
     def samples_taken(self) -> int:
         """The audio taken so far, in frames at the stream's rate (all its channels)."""
-        return self.audio_bytes // self.bytes_per_frame
+        return self._base_samples + self.audio_bytes // self.bytes_per_frame
 
     def encode(self, event: SessionEvent) -> Sequence[Frame]:
         if isinstance(event, Configured):
             self._labels = event.channel_labels
             self.bytes_per_frame = event.audio.bytes_per_frame
+            if self._quiet_ready:
+                self._quiet_ready = False
+                return ()
         obj = event_to_dict(event, self._labels)
         if isinstance(event, Configured) and obj is not None and self.resume_token_for:
             obj["resume_token"] = self.resume_token_for(event.stream_id)

@@ -122,7 +122,7 @@ def test_bad_resumes_are_refused_and_the_stream_they_name_goes_on(
 
 def test_without_a_grace_a_resume_is_refused_and_ready_gives_no_token(tiny_model_dir: Path) -> None:
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        async with served(tiny_model_dir, "1") as url:  # --resume-grace-s 0, the default
+        async with served(tiny_model_dir, "1", resume_grace_s=0) as url:
             async with connect(url) as ws:
                 await ws.send(json.dumps(START))
                 ready = json.loads(await ws.recv())

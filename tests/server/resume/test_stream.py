@@ -31,15 +31,35 @@ def stream() -> Resumption:
     return resumption
 
 
-def test_audio_is_acknowledged_about_once_a_second() -> None:
+def test_audio_is_acknowledged_about_once_a_second_half_a_second_behind() -> None:
     s = stream()
-    s.codec.decode(b"\0" * 2 * 15999)  # a sample short of a second
+    s.codec.decode(b"\0" * 2 * 23999)  # half a second more, and a sample short of a second
     assert s.ack(16000) is None
     s.codec.decode(b"\0\0")
-    assert s.ack(16000) == Acked(16000)
+    assert s.ack(16000) == Acked(16000)  # the client keeps the last half second
     assert s.ack(16000) is None  # nothing new
     s.codec.decode(b"\0" * 2 * 16000)
     assert s.ack(16000) == Acked(32000)
+
+
+def test_a_stream_is_handed_over_a_little_before_the_audio_taken_never_before_the_ack() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 40000)
+    acked = s.ack(16000)
+    for event in (final(0), Partial(1, 0, 10, "x", 0), final(3)):
+        s.handed(event)
+    handover = s.handover("s1", "call", 16000)
+    assert acked == Acked(32000)
+    # 0.3 s back from 40000 samples: the VAD there hears again what may be speech starting.
+    assert handover.samples == 40000 - 4800 and handover.clock_ms == 2200
+    assert handover.next_utt_id == 4 and handover.finals == (final(0), final(3))
+    assert handover.stream_id == "call" and handover.key == "call"
+    # Taken up elsewhere and handed on again before any new audio: from the same place,
+    # not 0.3 s further back (the client may already have forgotten that).
+    again = stream()
+    again.codec.adopt(None, handover.samples)
+    again.adopted(handover)
+    assert again.handover("s1", "call", 16000).samples == handover.samples
 
 
 def test_a_resume_gets_the_finals_after_its_last_and_a_fresh_token() -> None:

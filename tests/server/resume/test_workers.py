@@ -73,7 +73,7 @@ def test_a_resume_landing_on_the_other_worker_takes_the_stream_up_there(
         again = await pinned(server.url, 1)
         await again.send(json.dumps({"type": "start", "resume": resume}))
         resumed = json.loads(await again.recv())
-        await send_paced(again, speech[resumed["samples"] * 2 :])
+        await send_paced(again, speech[acked * 2 :])  # from S: the server drops T - S
         await again.send(json.dumps({"type": "stop"}))
         after = [json.loads(m) async for m in again]
         return before, [resumed, *after], worker_of(again)
