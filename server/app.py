@@ -60,9 +60,9 @@ from server.http.tables import main_app, ops_app
 from server.http.tenants import Claim, Tenant, followed_key
 from server.live.connection import Connection
 from server.live.drain import DrainPlan, drain_all
-from server.live.socket_port import Port, SocketPort
+from server.live.socket_port import ClientGone, Port, SocketPort
 from server.live.vad_pump import VadPump
-from server.resume.route import Adopted, ResumePolicy, Resumes
+from server.resume.route import Adopted, Adopter, ResumePolicy, Resumes
 from server.streams.follower_slots import FollowerSlots
 from server.streams.hub import Publisher, StreamHub, Subscription
 from server.streams.subscribers import Follower
@@ -74,6 +74,7 @@ from streaming.pins import Pins
 from streaming.protocols.base import Codec, CodecSettings, Handshake
 from streaming.protocols.twilio.codec import TwilioCodec
 from streaming.protocols.twilio.jitter import JitterStats
+from streaming.protocols.v1.codec import V1Codec
 from streaming.session import SessionConfig
 from streaming.vad.types import VadModel
 
@@ -663,10 +664,10 @@ class App:
         )
         port = SocketPort(websocket)
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
-        adopt = partial(self._adopt, route=route, grant=grant)
-        if await self.resumes.take_up(port, codec, claim, adopt):
-            return  # a dropped stream taken up: it holds its own session's place
         lease = await self.host.acquire(Kind.SESSION, port.peer)
+        adopt = partial(self._adopt, route=route, grant=grant)
+        if await self._resumed(port, codec, claim, lease, adopt):
+            return
         if isinstance(lease, Scope):
             over = self._over_capacity(lease)
             self.metrics.protocol_error(over.code)
@@ -678,6 +679,27 @@ class App:
             await self._run_session(port, codec, route, claim, grant=grant)
         finally:
             self.host.release(lease)
+
+    async def _resumed(
+        self, port: SocketPort, codec: Codec, claim: Claim, lease: int | Scope, adopt: Adopter
+    ) -> bool:
+        """Whether the connection resumed a stream (or left while looked at): then it is
+        served, and its lease given back, as the stream it resumes holds its own place.
+        Its first message is looked at holding a lease if one fits, so that a session is
+        admitted at once; a full server still lets resumes in."""
+        try:
+            request = await self.resumes.resume_request(port, codec)
+        except ClientGone:
+            request, gone = None, True
+        else:
+            gone = False
+        if request is None and not gone:
+            return False
+        if not isinstance(lease, Scope):
+            self.host.release(lease)
+        if request is not None and isinstance(codec, V1Codec):
+            await self.resumes.take_up(port, codec, claim, request, adopt)
+        return True
 
     async def _used_up(self, grant: Grant, peek: bool = False) -> Response | None:
         """Count a session of the client secret host-wide (with `peek`, only ask whether

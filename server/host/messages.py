@@ -208,7 +208,7 @@ class Pipe:
 class HangUp:
     """A piped resume is over. From the stream's worker: close the client's socket with
     `code` and the error code `error`, or drop it at once when `code` is None. From the
-    landing worker: the client went away."""
+    landing worker: the client went away (`code`: its close code, None if unknown)."""
 
     pipe_id: str
     code: int | None = None

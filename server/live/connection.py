@@ -244,11 +244,13 @@ class Connection:
     # ---- resuming ---------------------------------------------------------------------
 
     def _may_park(self) -> bool:
-        """The client went away mid-stream, and the stream may wait for it to come back."""
+        """The client's connection was lost mid-stream (it did not close saying it is
+        done), and the stream may wait for it to come back."""
         return (
             self._resuming is not None
             and self._resuming.stream.resumable
             and self.ws.closed
+            and not self.ws.left
             and self._configured
             and self._dropping is None
             and self._ending_error is None
@@ -262,8 +264,14 @@ class Connection:
         if resuming is None:
             return False
         read, _, write = self._tasks
-        write.cancel()  # the socket is gone: what it would send waits in the outbox
+        # The socket is gone: what the writer would send waits in the outbox, and the
+        # reader may be waiting for room to read a close it has not seen.
+        for task in (read, write):
+            task.cancel()
         await asyncio.gather(read, write, return_exceptions=True)
+        await self.ws.settle()
+        if self.ws.left:  # the client closed saying it is done: nothing to wait for
+            return False
         self._attach = self._loop.create_future()
         draining = asyncio.ensure_future(self._draining.wait())
         session_id = self.session.session_id
@@ -428,7 +436,7 @@ class Connection:
             return False
         if self._finishing or self._dropping is not None or self.ws.closed:
             return False
-        self._outbox.put(HandOff())
+        self._queue(HandOff())
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
                 await self._done.wait()
@@ -507,7 +515,14 @@ class Connection:
         if self._resuming is not None and self._configured:
             acked = self._resuming.stream.ack(self._sample_rate)
             if acked is not None:
-                self._outbox.put(acked)
+                self._queue(acked)
+
+    def _queue(self, event: SessionEvent) -> None:
+        """Queue an event of the connection's own (not the session's) for the client."""
+        try:
+            self._outbox.put(event)
+        except OutboxOverflowError as exc:  # a client that does not read, as in _pump
+            self._overflowed(exc)
 
     def _feed(self, commands: Sequence[Command]) -> None:
         now = self._loop.time()
@@ -644,9 +659,12 @@ class Connection:
                 self._submit_requests()
             self._arm_wake()
         except OutboxOverflowError as exc:
-            self._stats.protocol_error(exc.code)
-            log.warning("session %s: %s", self.session.session_id, exc)
-            self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
+            self._overflowed(exc)
+
+    def _overflowed(self, exc: OutboxOverflowError) -> None:
+        self._stats.protocol_error(exc.code)
+        log.warning("session %s: %s", self.session.session_id, exc)
+        self._start_drop(exc.code, str(exc), CLOSE_POLICY_VIOLATION)
 
     def _arm_wake(self) -> None:
         """A timer to the session's `wake_at`: finals that redaction holds go out on time

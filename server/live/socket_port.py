@@ -18,6 +18,12 @@ TRANSPORT_KEY = "sensestream.transport"
 END_OF_STREAM = "end of stream"
 #: RFC 6455 leaves a close frame's reason 123 bytes of UTF-8.
 MAX_REASON_BYTES = 123
+#: A client's close codes that say it is done (RFC 6455's normal closure and going
+#: away, as a browser's page that closes): anything else, no close frame above all
+#: (1006), is a connection lost, which a resumable stream waits for its client after.
+LEAVING_CODES = frozenset({1000, 1001})
+#: How long `settle` waits for the close a failed send ran into.
+SETTLE_S = 1.0
 
 
 def close_reason(error: str | None) -> str:
@@ -42,6 +48,16 @@ class Port(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def left(self) -> bool:
+        """The client closed the connection itself, saying it is done (not lost)."""
+        ...
+
+    async def settle(self) -> None:
+        """Learn how a closed connection ended (`left`), when a failed send saw it first;
+        nothing else may read meanwhile."""
+        ...
+
     async def recv(self) -> str | bytes: ...
 
     async def send(self, frame: str | bytes) -> None: ...
@@ -57,6 +73,7 @@ class SocketPort:
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
         self._closed = False
+        self._close_code: int | None = None  # the client's, from its close frame
         self._peeked: str | bytes | None = None  # the message `peek` saw, not yet taken
         self._ahead: asyncio.Task[str | bytes] | None = None  # a read `peek` left waiting
         self._transport: asyncio.BaseTransport | None = websocket.scope.get("extensions", {}).get(
@@ -72,6 +89,25 @@ class SocketPort:
     def closed(self) -> bool:
         """The client's close (or the connection's loss) has been seen."""
         return self._closed
+
+    @property
+    def left(self) -> bool:
+        return self._close_code in LEAVING_CODES
+
+    @property
+    def close_code(self) -> int | None:
+        """The client's close code (1005 or 1006: the connection was lost), once seen."""
+        return self._close_code
+
+    async def settle(self) -> None:
+        if not self._closed or self._close_code is not None:
+            return
+        # The server queues the client's close (or the loss) as a message: read it.
+        with contextlib.suppress(TimeoutError, OSError, RuntimeError, WebSocketDisconnect):
+            async with asyncio.timeout(SETTLE_S):
+                while (message := await self._ws.receive())["type"] != "websocket.disconnect":
+                    pass  # frames the client sent before it closed: the stream has ended
+                self._close_code = message.get("code")
 
     async def recv(self) -> str | bytes:
         """The next message; raises ClientGone once the client has closed."""
@@ -103,6 +139,7 @@ class SocketPort:
         message = await self._ws.receive()
         if message["type"] == "websocket.disconnect":
             self._closed = True
+            self._close_code = message.get("code")
             raise ClientGone
         data: str | bytes | None = message.get("text")
         if data is None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from server.host.messages import HangUp, Pipe
-from server.live.socket_port import ClientGone, SocketPort
+from server.live.socket_port import LEAVING_CODES, ClientGone, SocketPort
 
 #: What a pipe's receiving end may hold unread before the pipe is dropped: a resuming
 #: client resends its kept audio at once (a grace's worth: 30 s of 16 kHz PCM is
@@ -72,6 +72,7 @@ class PipePort:
         self._drain = drain
         self._inbox = _Inbox()
         self._hung_up = False  # either end has ended the pipe
+        self._left = False  # the client closed saying it is done
 
     @property
     def peer(self) -> str:
@@ -80,6 +81,13 @@ class PipePort:
     @property
     def closed(self) -> bool:
         return self._inbox.ended
+
+    @property
+    def left(self) -> bool:
+        return self._left
+
+    async def settle(self) -> None:
+        return None  # the landing worker's hang-up said how the client went
 
     # ---- what the link hands on ---------------------------------------------------------
 
@@ -90,7 +98,8 @@ class PipePort:
             self.abort()
 
     def hung_up(self, body: HangUp) -> None:
-        """The client went away (or its worker did)."""
+        """The client went away (or its worker did); `code`: its close code."""
+        self._left = body.code in LEAVING_CODES
         self._hung_up = True
         self._inbox.end()
 
@@ -163,8 +172,8 @@ class ClientEnd:
             await asyncio.gather(reading, writing, return_exceptions=True)
         if self._close is not None:  # the stream's side ended it
             await self._hang_up_client()
-        else:  # the client went: the stream parks again
-            self._notify(HangUp(self.pipe_id))
+        else:  # the client went: the stream parks again, unless it said it is done
+            self._notify(HangUp(self.pipe_id, self._port.close_code))
 
     async def _read(self) -> None:
         with contextlib.suppress(ClientGone):

@@ -121,29 +121,35 @@ class Resumes:
 
         return Resuming(self.parked, policy.grace_s, Resumption(codec, token_for))
 
-    async def take_up(self, port: SocketPort, codec: Codec, claim: Claim, adopt: Adopter) -> bool:
-        """Whether a new v1 connection's first message, if it comes within
-        `RESUME_PEEK_S`, is a resume: then it is served here until the stream is done with
-        this socket (or refused). Any other first message stays for the session's codec.
-        A stream a retiring worker handed over is served by `adopt`."""
+    async def resume_request(self, port: SocketPort, codec: Codec) -> ResumeRequest | None:
+        """The resume a new v1 connection's first message asks for, if that comes within
+        `RESUME_PEEK_S` and is one (then it is taken from the socket); None leaves any
+        other first message for the session's codec. Raises ClientGone."""
         if not self.policy.on or not isinstance(codec, V1Codec):
-            return False
-        try:
-            first = await port.peek(RESUME_PEEK_S)
-        except ClientGone:
-            return True
+            return None
+        first = await port.peek(RESUME_PEEK_S)
         request = None if first is None else _resume_request(first)
-        if request is None:
-            return False
-        await port.recv()  # taken: it is this resume's
+        if request is not None:
+            await port.recv()  # taken: it is this resume's
+        return request
+
+    async def take_up(
+        self,
+        port: SocketPort,
+        codec: V1Codec,
+        claim: Claim,
+        request: ResumeRequest,
+        adopt: Adopter,
+    ) -> None:
+        """Serve a resume here until the stream is done with this socket, or refuse it.
+        A stream a retiring worker handed over is served by `adopt`."""
         try:
             released = await self._resume(port, request, codec, claim, adopt)
         except ResumeRefusedError as exc:
             log.info("resume refused: %s", exc)
             await _refuse(port, codec, exc)
-            return True
+            return
         await released
-        return True
 
     async def _resume(
         self,

@@ -6,6 +6,7 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import soundfile as sf
@@ -119,3 +120,11 @@ def talk(speech_clips: list[Clip], tmp_path_factory: pytest.TempPathFactory) -> 
     path = tmp_path_factory.mktemp("stream_file") / "talk.wav"
     sf.write(path, three_sentences(speech_clips), 16000, subtype="PCM_16")
     return path
+
+
+def followable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a follower is sent of a client's v1 events: not what resuming gives the
+    client alone (`ack`, and `ready`'s `resume_token`)."""
+    return [
+        {k: v for k, v in e.items() if k != "resume_token"} for e in events if e["type"] != "ack"
+    ]

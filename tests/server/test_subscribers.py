@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from sensestream.client import multichannel_start
 from tests.callcentre.call import LABELS, RATE, Call, make_call
 from tests.callcentre.subscriber import Followed, follow, follow_url
-from tests.server.conftest import ServerProcess
+from tests.server.conftest import ServerProcess, followable
 from tests.server.test_webhooks import Receiver, documented_signature, receiving
 from tests.speech import chunks
 
@@ -106,7 +106,7 @@ def test_a_subscriber_gets_the_callers_events_with_channels_and_labels(
     # Scored by default: the confidences go to followers with the rest.
     assert all(0 < f["confidence"] <= 1 for f in finals if f["words"])
     # The follower joined before the stream started: it saw everything the caller saw.
-    assert followed.events == caller and followed.close_code == 1000
+    assert followed.events == followable(caller) and followed.close_code == 1000
 
 
 def test_a_late_subscriber_gets_the_missed_finals_first(server: ServerProcess, call: Call) -> None:

@@ -23,7 +23,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.server.conftest import WORKER_READY, ServerProcess
+from tests.server.conftest import WORKER_READY, ServerProcess, followable
 from tests.speech import Clip, to_s16le
 
 SR = 16000
@@ -85,14 +85,6 @@ async def stream(ws: ClientConnection, audio: bytes, pace_s: float = 0.0, **star
 
 def finals(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "final"]
-
-
-def followable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a follower is sent of a client's events: not what resuming gives the client
-    alone (`ack`, and `ready`'s `resume_token`)."""
-    return [
-        {k: v for k, v in e.items() if k != "resume_token"} for e in events if e["type"] != "ack"
-    ]
 
 
 def stats(server: ServerProcess) -> dict[str, Any]:

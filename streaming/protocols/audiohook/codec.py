@@ -36,16 +36,16 @@ stream goes on meanwhile; the client opens a new session naming this one in
 `continuedSessions` and closes this one (`close`, reason `reconnect`: the protocol's
 types have that reason, and a close with it is the client's like any other), which
 `closed` answers after the owed finals, as any close. A session handed off that ends before the
-client closes it (the server could wait no longer) ends without a `disconnect`: that
-would tell the client the session is over rather than moved. A new session's `open` that
+client closes it (the server could wait no longer) did not move: it ends with the
+`disconnect` a drain sends, so the client knows it is over. A new session's `open` that
 continues earlier ones is read (`AudioHookCodec.continues`); its transcript offsets are
 positions as the client counts them on the new session, from the `open`'s own `position`
 (Genesys' reference client starts each session's at zero). The `conversationId` names
 the stream, but not a continued session's: the session it continues holds that name
 until the client closes it, so a continued session's stream is named by its own session
 id.
-Genesys Cloud itself says it does not yet re-establish sessions: a server should ask for
-a hand-off only of clients known to take it. Not supported: server-asked pause and
+Genesys Cloud itself says it does not yet re-establish sessions: such a client costs the
+server its wait (`--hand-off-s`), then ends as without a hand-off. Not supported: server-asked pause and
 resume, L16 audio.
 """
 
@@ -149,7 +149,7 @@ class AudioHookCodec:
         self._opened = False  # `opened` sent: the client has a session to continue elsewhere
         self._closing = False  # `close` taken: `closed` answers the end
         self._disconnected = False
-        self._handed_off = False  # `reconnect` sent: the end is no `disconnect`
+        self._handed_off = False  # `reconnect` sent
         self._continues: tuple[ContinuedSession, ...] = ()  # the `open`'s continuedSessions
 
     @property
@@ -421,7 +421,8 @@ class AudioHookCodec:
 
         The stream goes on: the client, having opened the new session (whose `open` names
         this one in `continuedSessions`), closes this one, and `closed` answers after the
-        owed finals. If the stream ends first, its end sends nothing (see `_end`). There
+        owed finals. If the stream ends first, the client did not move (Genesys Cloud does
+        not yet): its end is the `disconnect` a drain sends (see `_end`). There
         is nothing to hand off before `opened` has gone out, once the client has sent
         `close` or the server a `disconnect`, nor a second time.
         """
@@ -431,18 +432,15 @@ class AudioHookCodec:
         return (self._message("reconnect", {"info": _cut(info)}),)
 
     def _end(self) -> Sequence[Frame]:
-        """The stream's end: `closed` answers a `close`; else the server is shutting down.
-
-        Nothing after a `disconnect` (the session is over for the client already), nor
-        after a hand-off: `reconnect` told the client where the session goes on, and a
-        `disconnect` would end it for the client.
+        """The stream's end: `closed` answers a `close`; else the server is shutting down
+        (a client asked to reconnect that has not closed this session by now did not
+        move, and is told it is over). Nothing after a `disconnect`: the session is over
+        for the client already.
         """
         if self._disconnected:
             return ()
         if self._closing:
             return (self._message("closed", {}),)
-        if self._handed_off:
-            return ()
         return self._disconnect("completed", "the server is shutting down")
 
     def _disconnect(self, reason: str, info: str) -> Sequence[Frame]:
