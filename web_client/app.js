@@ -3,7 +3,7 @@
 // Plain ES module, no build step. The pieces, top to bottom: the page's elements and
 // state; a Stream (one WebSocket session); a Microphone (getUserMedia + AudioWorklet);
 // the microphone and file controllers; captions, meter, latency; the engine panel;
-// downloads; wiring.
+// downloads; wiring. What a dropped microphone stream keeps to be resumed is resume.js's.
 
 import {
   emotionEmoji,
@@ -15,6 +15,7 @@ import {
   toSrt,
   toTxt,
 } from './format.js';
+import { Resumer, backoffMs } from './resume.js';
 
 const SAMPLE_RATE = 16000;
 const SAMPLES_PER_MS = SAMPLE_RATE / 1000;
@@ -27,6 +28,7 @@ const RECONNECT_BASE_MS = 500;
 const RECONNECT_MAX_MS = 10_000;
 const STOP_TIMEOUT_MS = 20_000;
 const MAX_FRAME_LOG = 15_000; // 10 minutes of 40 ms frames without a final
+const MAX_STOP_RESUMES = 5; // a stream that drops while stopping: tries to get its finals
 // The server closes with these when the client itself broke the protocol: reconnecting
 // would only repeat the mistake.
 const PROTOCOL_ERROR_CLOSES = new Set([1002, 1007, 1008]);
@@ -79,6 +81,7 @@ const state = {
   finals: [], // {start_ms, end_ms, text, lang, emotion, event} on the page clock
   latencies: [], // ms, end of speech -> final
   connects: 0, // sessions that reached `ready` (tests read it from data-connects)
+  resumes: 0, // sockets that took a dropped stream up (`resumed`; data-resumes)
   // The utterance on show: text committed at its pauses (never withdrawn) and the last
   // partial's text, which starts with it.
   live: { utt: null, committed: '', text: '' },
@@ -138,17 +141,30 @@ function socketUrl() {
 }
 
 /**
- * One protocol-v1 session. It knows how many samples it has sent and when each frame
- * left, which is what turns a final's `end_ms` (stream clock) into a latency.
+ * One protocol-v1 socket. It knows how many samples its stream has been sent and when
+ * each frame left, which is what turns a final's `end_ms` (stream clock) into a latency.
+ *
+ * `resume` ({sent, startSample}) makes it a socket that takes a dropped stream up: its
+ * start message resumes, its stream clock goes on from `sent`, and it sends nothing
+ * until `resumed` says the stream wants audio. `resumer` is the mic's resume state, for
+ * the event handler; a file stream has none.
  */
 class Stream {
-  constructor(startMessage, { onEvent, onClose }) {
+  constructor(startMessage, { onEvent, onClose, resume = null, resumer = null }) {
     this.onEvent = onEvent;
     this.onClose = onClose;
-    this.sent = 0; // samples sent on this socket
-    this.startSample = null; // the page clock (samples) at this stream's sample 0
-    this.frames = []; // {end: samples sent after the frame, at: performance.now()}
+    this.resumer = resumer;
+    this.sent = resume?.sent ?? 0; // samples of the stream sent (a resume: from its start)
+    this.firstSample = this.sent; // where this socket's audio begins
+    this.startSample = resume?.startSample ?? null; // the page clock at stream sample 0
+    this.frames = []; // {end: samples sent after the frame, at: performance.now() or null}
+    this.held = resume !== null; // a resume waits for `resumed` before any audio
+    this.answered = false; // `ready` or `resumed` came: a close now is a drop
+    this.gotEnd = false;
+    this.serverStopped = false; // `resumed` said the stream already had our `stop`
+    this.resumeRefused = false;
     this.stopRequested = false;
+    this.timedOut = false; // stop() gave up waiting for the close
     this.closed = false;
     this.wasOpen = false; // a close without an open is a refused or failed handshake
     this.ws = new WebSocket(socketUrl());
@@ -180,7 +196,7 @@ class Stream {
   }
 
   get canSend() {
-    return !this.stopRequested && this.ws.readyState === WebSocket.OPEN;
+    return !this.stopRequested && !this.held && this.ws.readyState === WebSocket.OPEN;
   }
 
   receive(ev) {
@@ -192,18 +208,33 @@ class Stream {
       showStatus('The server sent something that is not JSON', 'error');
       return;
     }
-    if (event.type === 'ready') this.settleReady.resolve(event);
+    this.note(event);
+    if (event.type === 'ready' || event.type === 'resumed') this.settleReady.resolve(event);
     if (event.type === 'error') this.settleReady.reject(new ServerError(event));
     this.onEvent(this, event);
   }
 
-  /** Send int16 samples; `pageSample` is where they start on the page clock. */
-  send(pcm, pageSample) {
+  /** What the socket's own bookkeeping needs of an event, before the page sees it. */
+  note(event) {
+    if (event.type === 'ready' || event.type === 'resumed') this.answered = true;
+    if (event.type === 'resumed') {
+      this.held = false; // the handler resends the kept audio at once
+      this.serverStopped = Boolean(event.stopped);
+    }
+    if (event.type === 'end') this.gotEnd = true;
+    if (event.type === 'error' && event.code === 'resume_refused') this.resumeRefused = true;
+  }
+
+  /**
+   * Send int16 samples; `pageSample` is where they start on the page clock. `resent`:
+   * audio sent before, on a socket that dropped; no latency is measured from it.
+   */
+  send(pcm, pageSample, resent = false) {
     if (!this.canSend) return false;
     if (this.startSample === null) this.startSample = pageSample;
     this.ws.send(pcm);
     this.sent += pcm.length;
-    this.frames.push({ end: this.sent, at: performance.now() });
+    this.frames.push({ end: this.sent, at: resent ? null : performance.now() });
     if (this.frames.length > MAX_FRAME_LOG) this.frames.splice(0, this.frames.length / 2);
     return true;
   }
@@ -216,6 +247,7 @@ class Stream {
   /** When the frame holding sample `endMs` was sent; by default forget older frames. */
   sentAt(endMs, forget = true) {
     const sample = Math.ceil(endMs * SAMPLES_PER_MS);
+    if (sample <= this.firstSample) return null; // sent on a socket that dropped
     const i = this.frames.findIndex((f) => f.end >= sample);
     if (i < 0) return null;
     const at = this.frames[i].at;
@@ -226,16 +258,23 @@ class Stream {
   /** Ask for the owed finals; resolves once the server closes (or after a timeout). */
   async stop() {
     if (this.closed) return;
-    this.stopRequested = true;
     const timeout = new Promise((resolve) => setTimeout(resolve, STOP_TIMEOUT_MS));
     // Still connecting: let it open (the start goes out), then stop cleanly, rather than
     // abort a handshake in flight.
     if (this.ws.readyState === WebSocket.CONNECTING) {
       await Promise.race([this.opened.catch(() => {}), timeout]);
     }
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ type: 'stop' }));
+    // A resume resends its kept audio when `resumed` comes: the stop must come after it.
+    if (this.held) await Promise.race([this.ready.catch(() => {}), timeout]);
+    this.stopRequested = true;
+    if (this.ws.readyState === WebSocket.OPEN && !this.serverStopped) {
+      this.ws.send(JSON.stringify({ type: 'stop' }));
+    }
     await Promise.race([this.ended, timeout]);
-    if (!this.closed) this.ws.close();
+    if (!this.closed) {
+      this.timedOut = true; // given up on: not a drop to resume
+      this.ws.close();
+    }
   }
 
   /** Close without asking for finals (page unload, failed start). */
@@ -348,9 +387,11 @@ class Microphone {
 const mic = {
   capture: null,
   captured: 0, // samples captured since Start: the page clock
-  attempt: 0, // reconnect attempts since the last `ready`
+  origin: 0, // the page clock at the current stream's sample 0
+  attempt: 0, // fresh reconnect attempts since the last `ready`
   refused: 0, // handshakes in a row refused although HTTP says the request is fine
   timer: null, // pending reconnect
+  resume: new Resumer(), // the current stream's token, ack, last final and kept audio
 };
 
 async function startMic() {
@@ -359,6 +400,7 @@ async function startMic() {
   mic.captured = 0;
   mic.attempt = 0;
   mic.refused = 0;
+  mic.resume = new Resumer();
   const capture = new Microphone(onMicFrame);
   mic.capture = capture;
   showStatus('Asking for the microphone…');
@@ -382,23 +424,65 @@ async function startMic() {
 
 function onMicFrame(pcm, rms) {
   showLevel(rms);
-  // Frames captured while the socket is down are dropped, but still counted, so caption
-  // times after a reconnect stay on the same clock as the ones before.
-  state.stream?.send(pcm, mic.captured);
+  feedStream(pcm);
   mic.captured += pcm.length;
+}
+
+/**
+ * Send a frame and keep it until the server acknowledges it; while the socket is down (or
+ * a resume waits for `resumed`), only keep it: the resume sends it. With nothing to
+ * resume, a frame captured while the socket is down is dropped, but still counted, so
+ * caption times after a reconnect stay on the same clock as the ones before.
+ */
+function feedStream(pcm) {
+  const kept = mic.resume.kept;
+  if (kept.end === 0) mic.origin = mic.captured; // the stream's first sample
+  if (state.stream?.send(pcm, mic.captured) || mic.resume.canResume) kept.append(pcm);
 }
 
 function connect() {
   mic.timer = null;
+  if (mic.resume.canResume) {
+    resumeStream();
+    return;
+  }
+  // Nothing to resume (no token, or more than the kept audio since the last ack): a new
+  // stream, whose samples count from 0 again.
+  mic.resume.fresh();
   showStatus(mic.attempt ? `Reconnecting (attempt ${mic.attempt})…` : 'Connecting…');
-  state.stream = new Stream(startMessage(), { onEvent: handleEvent, onClose: onMicClose });
+  state.stream = new Stream(startMessage(), {
+    onEvent: handleEvent,
+    onClose: onMicClose,
+    resumer: mic.resume,
+  });
+}
+
+/** A socket that takes the dropped stream up where the server's last ack left it. */
+function resumeStream() {
+  const resume = mic.resume;
+  showStatus(`Resuming the stream (try ${resume.attempt})…`, 'warn');
+  state.stream = new Stream(resume.startMessage(), {
+    onEvent: handleEvent,
+    onClose: onMicClose,
+    resumer: resume,
+    resume: { sent: resume.acked, startSample: mic.origin },
+  });
 }
 
 function onMicClose(stream, ev) {
   if (stream !== state.stream) return;
   clearPartial();
+  // The gap is timed from the first socket that drops; failed tries only prolong it. A
+  // stream that sent `end` is over: there is nothing to resume.
+  if (stream.gotEnd) mic.resume.fresh();
+  else if (stream.answered) mic.resume.dropped(performance.now());
   if (state.mode !== 'mic' || stream.stopRequested) return;
+  if (stream.resumeRefused) {
+    connect(); // the refusal dropped the token: this starts a new stream
+    return;
+  }
   if (PROTOCOL_ERROR_CLOSES.has(ev.code)) {
+    mic.resume.fresh(); // ended by the server, not dropped: Stop must not resume it
     stopMic(`The server ended the session (${closeReason(ev)})`);
     return;
   }
@@ -424,13 +508,18 @@ async function onMicRefused(stream) {
   }
 }
 
-/** Exponential backoff, capped, with jitter so many clients do not return in step. */
+/**
+ * Back-off, capped, with jitter. A resume starts at 0.1 s (a blip mends at once, and the
+ * server waits only its grace); a new stream at 0.5 s, as a server that restarts needs.
+ */
 function scheduleReconnect(reason) {
-  const delay = Math.min(RECONNECT_BASE_MS * 2 ** mic.attempt, RECONNECT_MAX_MS);
-  const jittered = Math.round(delay * (0.8 + 0.4 * Math.random()));
-  mic.attempt += 1;
-  showStatus(`${reason}; reconnecting in ${(jittered / 1000).toFixed(1)} s`, 'warn');
-  mic.timer = setTimeout(connect, jittered);
+  const resuming = mic.resume.canResume;
+  const delay = resuming
+    ? mic.resume.nextDelayMs()
+    : backoffMs(mic.attempt++, RECONNECT_BASE_MS, RECONNECT_MAX_MS);
+  const next = resuming ? 'resuming' : 'reconnecting';
+  showStatus(`${reason}; ${next} in ${(delay / 1000).toFixed(1)} s`, 'warn');
+  mic.timer = setTimeout(connect, delay);
 }
 
 async function stopMic(message) {
@@ -441,11 +530,26 @@ async function stopMic(message) {
   const capture = mic.capture;
   mic.capture = null;
   if (capture) await capture.flush();
-  if (state.stream) await state.stream.stop();
+  await finishStream();
   if (capture) await capture.close();
   showLevel(0);
   setMode('idle');
   showStatus(message ?? `Stopped. ${state.finals.length} caption(s).`, message ? 'error' : '');
+}
+
+/**
+ * Stop the stream and wait for its last finals. A stream that dropped (before the stop,
+ * or while waiting for them) is resumed to get them: it resends what the server lacks
+ * (or nothing, when `resumed` says the stop arrived), then stops.
+ */
+async function finishStream() {
+  for (let tries = 0; state.stream && tries <= MAX_STOP_RESUMES; tries += 1) {
+    await state.stream.stop();
+    const stream = state.stream;
+    if (stream.gotEnd || stream.timedOut || !mic.resume.canResume) return;
+    await sleep(mic.resume.nextDelayMs());
+    resumeStream();
+  }
 }
 
 // ---- refused connections -------------------------------------------------------------
@@ -670,9 +774,14 @@ function onFileClose(stream, ev) {
 
 function handleEvent(stream, event) {
   if (stream !== state.stream) return; // a late event from a replaced session
+  // The resume state sees every event first; false: a final already shown.
+  if (stream.resumer && !stream.resumer.take(event, performance.now())) return;
   switch (event.type) {
     case 'ready':
-      onReady(event);
+      onReady(stream, event);
+      break;
+    case 'resumed':
+      onResumed(stream, event);
       break;
     case 'speech_started':
       showSpeaking();
@@ -687,7 +796,8 @@ function handleEvent(stream, event) {
       onFinal(stream, event);
       break;
     case 'error':
-      showStatus(`Server error ${event.code}: ${event.message}`, 'error');
+      if (event.code === 'resume_refused') onResumeRefused(stream, event);
+      else showStatus(`Server error ${event.code}: ${event.message}`, 'error');
       break;
     case 'end':
       break; // the close that follows does the bookkeeping
@@ -696,7 +806,7 @@ function handleEvent(stream, event) {
   }
 }
 
-function onReady(event) {
+function onReady(stream, event) {
   state.connects += 1;
   document.body.dataset.connects = String(state.connects);
   document.body.dataset.session = event.session_id;
@@ -705,10 +815,47 @@ function onReady(event) {
     mic.refused = 0;
     showStatus(`Listening (session ${event.session_id})`);
   }
+  // A new stream after a drop: say so where the captions are, as nothing of the gap is in them.
+  const gapMs = stream.resumer?.gapMs;
+  if (gapMs != null) {
+    showGap(`Reconnected after ${seconds(gapMs)} as a new stream: speech in the gap is lost`);
+  }
   // The ready event says which model hears the speaker: a person who sees template
   // sentences for their words then knows why.
   if (event.test_model) ui.warning.hidden = false;
   if (event.demo_model) ui.demo.hidden = false;
+}
+
+/**
+ * The dropped stream is taken up: the server has replayed nothing yet (its missed finals
+ * follow). Resend the kept audio from the sample the resume named; the server drops what
+ * of it it already has (`samples` says how much that is).
+ */
+function onResumed(stream, event) {
+  state.resumes += 1;
+  document.body.dataset.resumes = String(state.resumes);
+  showGap(`Reconnected after ${seconds(stream.resumer.gapMs ?? 0)}`);
+  if (event.stopped) return; // it has had our stop: only the last finals are to come
+  const kept = stream.resumer.kept.from(stream.sent);
+  if (kept === null) {
+    stream.ws.close(4001, 'audio not kept'); // cannot happen within the bound; start anew
+    return;
+  }
+  for (const pcm of kept) stream.send(pcm, mic.origin + stream.sent, true);
+  if (state.mode === 'mic') {
+    mic.refused = 0;
+    showStatus(`Listening (session ${document.body.dataset.session}, resumed)`);
+  }
+}
+
+/** The server will not take the stream up (its grace ran out, it restarted): start anew. */
+function onResumeRefused(stream, event) {
+  stream.resumer?.fresh(); // its close then starts a new stream (onMicClose)
+  showStatus(`The stream could not be resumed (${event.message}); starting a new one`, 'warn');
+}
+
+function seconds(ms) {
+  return `${(ms / 1000).toFixed(1)} s`;
 }
 
 function onFinal(stream, event) {
@@ -733,7 +880,9 @@ function onFinal(stream, event) {
     event: event.event,
   };
   state.finals.push(final);
-  ui.finals.append(finalLine(final));
+  const line = finalLine(final);
+  line.dataset.uttId = String(event.utt_id); // tests check that none shows twice
+  ui.finals.append(line);
   ui.empty.hidden = true;
   updateTranscriptButtons();
   keepScrolledToEnd();
@@ -805,6 +954,13 @@ function showSpeaking() {
 function clearPartial() {
   ui.partial.replaceChildren();
   ui.partial.classList.remove('speaking');
+}
+
+/** A line in the transcript where the stream was away (not a caption: no time, not downloaded). */
+function showGap(text) {
+  ui.finals.append(el('li', 'gap', text));
+  ui.empty.hidden = true;
+  keepScrolledToEnd();
 }
 
 function keepScrolledToEnd() {

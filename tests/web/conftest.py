@@ -216,3 +216,12 @@ def rebound_web(rebound_browser: Any, web_server: ServerProcess) -> Iterator[Web
 @pytest.fixture
 def web(web_for: Callable[[ServerProcess], WebPage], web_server: ServerProcess) -> WebPage:
     return web_for(web_server)
+
+
+@pytest.fixture(scope="module")
+def resumable_server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    """A server whose dropped v1 streams wait 30 s for their client to resume them."""
+    require_browser()
+    proc = ServerProcess(tiny_model_dir, "--resume-grace-s", "30")
+    yield proc
+    proc.stop()

@@ -41,7 +41,8 @@ WATCH_PAGE = """() => {
   }).observe(level, { attributes: true, attributeFilter: ['aria-valuenow'] });
 }"""
 
-FINALS = "#finals li"
+# Captions only: the list also holds a line for each reconnect ("Reconnected after …").
+FINALS = "#finals li.final"
 
 
 def final_count(web: WebPage) -> int:
@@ -106,10 +107,15 @@ def test_microphone_gives_live_partials_finals_and_engine_stats(web: WebPage) ->
     assert page.locator("#stat-memory").inner_text().count("/") == 1
     assert page.locator("#stat-batches").inner_text() != "–"
 
-    # A dropped socket while running comes back by itself, and captions keep coming.
+    # A dropped socket while running comes back by itself, and captions keep coming: the
+    # stream resumed where the server resumes streams (--resume-grace-s), else a new one.
     before = final_count(web)
     page.evaluate("window.sensestream.dropConnection()")
-    page.wait_for_function("Number(document.body.dataset.connects) >= 2", timeout=15_000)
+    page.wait_for_function(
+        "Number(document.body.dataset.connects) + Number(document.body.dataset.resumes ?? 0)"
+        " >= 2 && document.querySelector('#finals li.gap') !== null",
+        timeout=15_000,
+    )
     wait_finals(web, before + 1)
 
     page.click("#start")
@@ -290,10 +296,10 @@ class ScriptedServer:
         ws.on_message(on_message)
 
 
-def final(start_ms: int, text: str, **fields: Any) -> dict[str, Any]:
+def final(start_ms: int, text: str, utt_id: int = 0, **fields: Any) -> dict[str, Any]:
     return {
         "type": "final",
-        "utt_id": 0,
+        "utt_id": utt_id,
         "start_ms": start_ms,
         "end_ms": start_ms + 1500,
         "text": text,
@@ -351,8 +357,8 @@ def test_captions_badges_partials_gpu_panel_and_reconnect_with_a_scripted_server
             ],
             40: [
                 final(61_000, "Hello world.", emotion="happy", event="applause"),
-                final(63_000, "Plain words.", emotion="neutral", event="speech"),
-                final(65_000, "Ahem.", emotion="unknown", event="cough"),
+                final(63_000, "Plain words.", 1, emotion="neutral", event="speech"),
+                final(65_000, "Ahem.", 2, emotion="unknown", event="cough"),
                 {"type": "close", "code": 1012},
             ],  # a server restart: the page must come back
         }
@@ -395,6 +401,12 @@ def test_captions_badges_partials_gpu_panel_and_reconnect_with_a_scripted_server
         "timestamps": True,
     }
     assert server.starts == [expected, expected]
+    # `ready` gave no resume token: a new stream, and the transcript says what was lost.
+    gap = page.locator("#finals li.gap")
+    assert re.fullmatch(
+        r"Reconnected after \d+\.\d s as a new stream: speech in the gap is lost",
+        gap.inner_text(),
+    ), gap.inner_text()
 
     # The engine panel with a GPU and real weights.
     assert page.locator("#stat-sessions").inner_text() == "5"
@@ -484,7 +496,7 @@ def test_no_horizontal_overflow_at_phone_and_desktop_widths(web: WebPage, width:
         {
             10: [
                 final(1_000, f"{LONG_WORD} {LONG_URL}", emotion="happy", event="applause"),
-                final(3_000, LONG_URL, emotion="neutral", event="speech"),
+                final(3_000, LONG_URL, 1, emotion="neutral", event="speech"),
             ],
             15: [partial(5_000, f"stable {LONG_WORD} {LONG_URL}", 7)],
         }
