@@ -45,8 +45,8 @@ the stream, but not a continued session's: the session it continues holds that n
 until the client closes it, so a continued session's stream is named by its own session
 id.
 Genesys Cloud itself says it does not yet re-establish sessions: such a client costs the
-server its wait (`--hand-off-s`), then ends as without a hand-off. Not supported: server-asked pause and
-resume, L16 audio.
+server its wait (`--hand-off-s`), then ends as without a hand-off. Not supported:
+server-asked pause and resume, L16 audio.
 """
 
 from __future__ import annotations
