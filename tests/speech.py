@@ -64,6 +64,17 @@ def three_sentences(clips: list[Clip]) -> np.ndarray:
     return (audio + noise_floor(audio.size, seed=7)).astype(np.float32)
 
 
+def sentences_apart(clips: list[Clip], seconds: float) -> np.ndarray:
+    """The English clips over and over, each followed by a second of quiet, for at least
+    `seconds`: a stream with a pause between every two utterances."""
+    english = [c.audio for c in clips if c.name.startswith("en")] or [c.audio for c in clips]
+    parts: list[np.ndarray] = []
+    while sum(len(p) for p in parts) < seconds * 16000:
+        for audio in english:
+            parts += [audio, np.zeros(16000, np.float32)]
+    return np.concatenate(parts)
+
+
 def long_speech(out_dir: Path, seconds: float = 40.0) -> np.ndarray:
     """Continuous speech (no pauses longer than espeak's commas) of at least `seconds`."""
     text = ", ".join(["streaming recognition keeps running while the speaker goes on talking"] * 12)

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from sensestream.client import run_session
@@ -24,7 +23,7 @@ from sensestream.resuming import Resumable, resumable_session
 from tests.callcentre.audiohook_emulator import AudioHookCall, Leg, play, play_reconnecting
 from tests.callcentre.call import Call, make_call
 from tests.server.conftest import WORKER_READY, ServerProcess
-from tests.speech import Clip, to_s16le
+from tests.speech import Clip, sentences_apart, to_s16le
 
 SR = 16000
 START = {"type": "start", "pace": "replay", "language": "en"}
@@ -45,14 +44,7 @@ def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def speech(speech_clips: list[Clip]) -> bytes:
     """About 30 s of English sentences, each followed by a second of quiet."""
-    english = [c.audio for c in speech_clips if c.name.startswith("en")] or [
-        c.audio for c in speech_clips
-    ]
-    parts: list[np.ndarray] = []
-    while sum(len(p) for p in parts) < 30 * SR:
-        for audio in english:
-            parts += [audio, np.zeros(SR, np.float32)]
-    return to_s16le(np.concatenate(parts))
+    return to_s16le(sentences_apart(speech_clips, 30.0))
 
 
 @pytest.fixture(scope="module")
