@@ -430,7 +430,8 @@ class App:
         keep = self.link.hand_over if self._retiring and self.link is not None else None
         plan = DrainPlan(
             self.config.shutdown_timeout_s,
-            self.config.hand_off_s,
+            # Half the drain at most: what is owed after the wait must still go out.
+            min(self.config.hand_off_s, self.config.shutdown_timeout_s / 2),
             keep,
             self.config.limits.resume_grace_s,
         )
@@ -666,7 +667,7 @@ class App:
         port.limit_write_buffer(self.config.limits.send_buffer_bytes or WRITE_BUFFER_BYTES)
         lease = await self.host.acquire(Kind.SESSION, port.peer)
         adopt = partial(self._adopt, route=route, grant=grant)
-        if await self._resumed(port, codec, claim, lease, adopt):
+        if await self._resumed(port, codec, claim, lease, adopt=adopt, grant=grant):
             return
         if isinstance(lease, Scope):
             over = self._over_capacity(lease)
@@ -681,12 +682,20 @@ class App:
             self.host.release(lease)
 
     async def _resumed(
-        self, port: SocketPort, codec: Codec, claim: Claim, lease: int | Scope, adopt: Adopter
+        self,
+        port: SocketPort,
+        codec: Codec,
+        claim: Claim,
+        lease: int | Scope,
+        *,
+        adopt: Adopter,
+        grant: Grant | None,
     ) -> bool:
         """Whether the connection resumed a stream (or left while looked at): then it is
-        served, and its lease given back, as the stream it resumes holds its own place.
-        Its first message is looked at holding a lease if one fits, so that a session is
-        admitted at once; a full server still lets resumes in."""
+        served, and its lease given back, as the stream it resumes holds its own place
+        (and its client secret's count, which that stream took when it opened). Its first
+        message is looked at holding a lease if one fits, so that a session is admitted
+        at once; a full server still lets resumes in."""
         try:
             request = await self.resumes.resume_request(port, codec)
         except ClientGone:
@@ -698,6 +707,8 @@ class App:
         if not isinstance(lease, Scope):
             self.host.release(lease)
         if request is not None and isinstance(codec, V1Codec):
+            if grant is not None:
+                self.host.give_back_token(grant.token_id)
             await self.resumes.take_up(port, codec, claim, request, adopt)
         return True
 

@@ -431,8 +431,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.shutdown_timeout_s > 0:
             raise ValueError("shutdown_timeout_s must be > 0")
-        if not 0 <= self.hand_off_s < self.shutdown_timeout_s:
-            raise ValueError("hand_off_s must be within 0 and shutdown_timeout_s (less)")
+        if not 0 <= self.hand_off_s <= 600:
+            raise ValueError("hand_off_s must be within 0..600")
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) >= 1):
             raise ValueError(f"workers must be 'auto' or a whole number >= 1; got {self.workers!r}")
         if self.log_level.lower() not in LOG_LEVELS:

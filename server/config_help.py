@@ -284,7 +284,7 @@ HELP: Mapping[str, str] = MappingProxyType(
         "hand_off_s": (
             "On shutdown or reload, seconds an AudioHook session asked to reconnect (Genesys "
             "continues it on a new connection) has to close this one before it is ended as "
-            "any other: 0 asks none; less than shutdown_timeout_s."
+            "any other: 0 asks none; at most half of shutdown_timeout_s is used."
         ),
         "log_level": "Lowest level logged: debug|info|warning|error|critical.",
         "workers": (

@@ -26,6 +26,7 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    GiveBackToken,
     HandOver,
     HangUp,
     Joined,
@@ -167,6 +168,10 @@ class HostLink:
         except ChannelClosedError:
             return False
         return got is True
+
+    def give_back_token(self, token_id: str) -> None:
+        if self._channel is not None:
+            self._channel.notify(GiveBackToken(token_id))
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         follow_id = f"{self.worker}.{next(self._ids)}"

@@ -32,6 +32,10 @@ class Host(Protocol):
         (`peek`: only say whether it would be counted)."""
         ...
 
+    def give_back_token(self, token_id: str) -> None:
+        """Uncount a session of a client secret that was a resume (it opened none)."""
+        ...
+
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         """A subscriber of the live stream `key` on any worker (waiting up to `wait_s`
         for it to start), or why not (MISSING, FULL)."""
@@ -63,6 +67,9 @@ class LocalHost:
         self, token_id: str, limit: int, expires_at: float, now: float, peek: bool = False
     ) -> bool:
         return self._token_uses.use(token_id, limit, expires_at, now, peek)
+
+    def give_back_token(self, token_id: str) -> None:
+        self._token_uses.give_back(token_id)
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
         return await follow_here(self._hub, key, wait_s)

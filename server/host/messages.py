@@ -3,8 +3,8 @@
 Worker → supervisor calls: `Acquire`, `UseToken`, `OpenStream`, `ListStreams`, `Follow`,
 `Gather`, `TakeUp`, `HandOver`.
 Supervisor → worker calls: `Describe`, `Subscribe`, `Report`, `TakeUp`.
-Notices: `Joined`, `Ready` (worker → supervisor); `Retire` (supervisor → worker); either
-way `Release`, `CloseStream`, `Relay`, `Unfollow`, `Pipe`, `HangUp`.
+Notices: `Joined`, `Ready`, `GiveBackToken` (worker → supervisor); `Retire` (supervisor
+→ worker); either way `Release`, `CloseStream`, `Relay`, `Unfollow`, `Pipe`, `HangUp`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,13 @@ class UseToken:
     expires_at: float
     now: float
     peek: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBackToken:
+    """A session counted for the client secret `token_id` was a resume: not counted."""
+
+    token_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,13 @@ class TokenUses:
         self._used[token_id] = used + 1
         return True
 
+    def give_back(self, token_id: str) -> None:
+        """A connection counted as a session turned out to be none (a resume of one the
+        token opened before)."""
+        used = self._used.get(token_id, 0)
+        if used > 0:
+            self._used[token_id] = used - 1
+
     def _forget(self, now: float) -> None:
         while self._expiries and self._expiries[0][0] <= now:
             _, token_id = heapq.heappop(self._expiries)

@@ -26,6 +26,7 @@ from server.host.messages import (
     Follow,
     Followed,
     Gather,
+    GiveBackToken,
     HandOver,
     HangUp,
     Joined,
@@ -148,6 +149,8 @@ class Control:
                 self._joined.clear()
             case Ready():
                 link.ready.set()
+            case GiveBackToken():
+                self.token_uses.give_back(body.token_id)
             case Release():
                 self.admission.release(body.lease)
             case CloseStream():

@@ -347,6 +347,32 @@ def test_a_token_opens_at_most_its_max_sessions(server: ServerProcess) -> None:
     assert server.http(f"/ws?token={token}")[0] == 403  # and the GET says so too
 
 
+def test_resumes_are_no_new_sessions_of_the_client_secret(server: ServerProcess) -> None:
+    token = mint(server, extra_body={"max_sessions": 2})
+    url = f"{server.url}?token={token}"
+
+    async def drop_and_resume(times: int) -> list[str]:
+        ws = await connect(url)
+        await ws.send(json.dumps({"type": "start", "pace": "replay"}))
+        resume_token = json.loads(await ws.recv())["resume_token"]
+        kinds = []
+        for _ in range(times):
+            ws.transport.abort()  # the connection is lost: the stream waits
+            ws = await connect(url)
+            resume = {"token": resume_token, "samples": 0, "last_utt_id": None}
+            await ws.send(json.dumps({"type": "start", "resume": resume}))
+            resumed = json.loads(await ws.recv())
+            kinds.append(resumed["type"])
+            resume_token = resumed.get("resume_token", resume_token)
+        await ws.send(json.dumps({"type": "stop"}))
+        kinds += [json.loads(m)["type"] async for m in ws][-1:]
+        return kinds
+
+    # Each resume is counted at its handshake and given back once it is seen to be one.
+    assert run(drop_and_resume(3)) == ["resumed", "resumed", "resumed", "end"]
+    assert [run(status_of(url)) for _ in range(2)] == [101, 403]  # one session was left
+
+
 @contextlib.asynccontextmanager
 async def live(server: ServerProcess, key: str, stream_id: str) -> Any:
     async with connect(server.url, additional_headers=bearer(key)) as ws:

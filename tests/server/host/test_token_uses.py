@@ -19,6 +19,18 @@ def test_a_peek_counts_nothing() -> None:
     assert not uses.use("a", 1, 100.0, 1.0, peek=True)
 
 
+def test_a_session_given_back_frees_its_count_and_never_goes_below_none() -> None:
+    uses = TokenUses()
+    assert uses.use("a", 1, 100.0, 1.0)
+    uses.give_back("a")  # it was a resume: no session of its own
+    assert uses.use("a", 1, 100.0, 1.0)
+    assert not uses.use("a", 1, 100.0, 1.0)
+    uses.give_back("b")  # never counted: nothing to give back
+    uses.give_back("a")
+    uses.give_back("a")
+    assert [uses.use("a", 1, 100.0, 1.0) for _ in range(2)] == [True, False]
+
+
 def test_an_expired_tokens_count_is_dropped() -> None:
     uses = TokenUses()
     assert uses.use("a", 1, 10.0, 1.0)
