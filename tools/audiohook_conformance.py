@@ -8,6 +8,12 @@ secret (so every handshake is signed and verified), points the suite's config at
 the suite, and puts the config back. Nothing is fetched at run time; `--install` first
 resolves the suite's npm dependencies afresh (its lockfiles name Genesys' private
 registry, so they are set aside), which needs the npm registry once.
+
+`--reconnect` then plays the reference's own client (`client/`, a tone) to a server that
+is stopped mid-call: the client must take the server's `reconnect` (it validates and logs
+it: Genesys' client does not act on it yet) and then the `disconnect` of a session that
+did not move, with no error. The client puts its terminal in raw mode, so it runs under
+`script` (util-linux) for a pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import base64
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,6 +113,46 @@ def run_suite(reference: Path, server_args: Sequence[str], jest_args: Sequence[s
             return subprocess.run(command, cwd=reference, check=False).returncode
 
 
+#: What the reference client logs when it takes the server's messages of a hand-off.
+RECONNECT_SEEN = ("onReconnectMessage - state=OPEN", "reason: completed")
+#: How far into the call the server is stopped, and how long the call's tone lasts.
+STOP_AT_S = 4.0
+CALL_S = 30
+
+
+def run_reconnect(reference: Path, server_args: Sequence[str]) -> int:
+    """The reference client through a server stopped mid-call: 0 when it took the
+    `reconnect` and the `disconnect` after it without an error, else 1."""
+    api_key, client_secret = credentials()
+    args = ("--api-keys", f"genesys:{api_key}", "--audiohook-client-secret", client_secret)
+    spec = ServerSpec(args=(*args, *server_args), cwd=Path(__file__).resolve().parent.parent)
+    with SpawnedServer(spec) as server:
+        server.wait_ready()
+        url = server.url.removesuffix("/ws") + "/audiohook"
+        client = (
+            f"npx ts-node src/index.ts --uri {shlex.quote(url)} --api-key {api_key} "
+            f"--client-secret {client_secret} --max-stream-duration {CALL_S}"
+        )
+        with subprocess.Popen(
+            ["script", "-qec", client, "/dev/null"],
+            cwd=reference / "client",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as played:
+            time.sleep(STOP_AT_S)  # the call is under way: the server is stopped
+            server.proc.send_signal(signal.SIGTERM)
+            log, _ = played.communicate(timeout=CALL_S + 60)
+    print(log)
+    errors = [line for line in log.splitlines() if "ERROR" in line]
+    missing = [seen for seen in RECONNECT_SEEN if seen not in log]
+    if errors or missing:
+        print(f"reconnect check failed: errors {errors}, not seen {missing}", file=sys.stderr)
+        return 1
+    print("the reference client took reconnect, then disconnect", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reference", type=Path, help="a checkout of Genesys' reference")
@@ -115,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--server-args", default="", help='more `python -m server` options ("--model DIR")'
     )
     parser.add_argument("--jest-args", default="", help="more jest options (-t NAME)")
+    parser.add_argument(
+        "--reconnect", action="store_true", help="then the reference client's reconnect path"
+    )
     ns = parser.parse_args(argv)
     reference: Path = ns.reference.resolve()
     if not (reference / SUITE).is_file():
@@ -125,4 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("the suite's dependencies are not installed: run once with --install")
     code = run_suite(reference, shlex.split(ns.server_args), shlex.split(ns.jest_args))
     print(f"Genesys' AudioHook suite exited with {code}", file=sys.stderr)
+    if ns.reconnect:
+        code = code or run_reconnect(reference, shlex.split(ns.server_args))
     return code
