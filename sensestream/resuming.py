@@ -52,6 +52,7 @@ class Resumable:
     sent_bytes: int = 0  # the furthest audio sent, over every connection
     # For each resume, when the resent audio reached where the dropped connection had got.
     caught_up: list[float] = field(default_factory=list)
+    caught_up_ms: list[float] = field(default_factory=list)  # and where, on the stream clock
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["type"] == kind]
@@ -201,6 +202,7 @@ async def _send_from(
     waiting = behind > 0  # for the resend to reach `behind`
     if waiting and position >= behind:
         seen.caught_up.append(time.monotonic())
+        seen.caught_up_ms.append(1000 * position / plan.bytes_per_second)
         waiting = False
     chunk = plan.chunk
     step = chunk / plan.bytes_per_second / plan.speed if plan.speed > 0 else 0.0
@@ -213,6 +215,7 @@ async def _send_from(
             end = min(offset + chunk, len(plan.audio))
             if waiting and end >= behind:
                 seen.caught_up.append(time.monotonic())
+                seen.caught_up_ms.append(1000 * end / plan.bytes_per_second)
                 waiting = False
             seen.sent_bytes = max(seen.sent_bytes, end)
         await ws.send(STOP)

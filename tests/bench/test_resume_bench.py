@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sensestream.resuming import Resumable
-from tools.bench.resume import after_catch_up, summary
+from tools.bench.resume import after_catch_up, beyond_audio, summary
 
 
 def test_the_next_final_after_each_catch_up_is_timed_from_it() -> None:
@@ -13,6 +15,17 @@ def test_the_next_final_after_each_catch_up_is_timed_from_it() -> None:
         seen.times.append(at)
     seen.caught_up = [2.5, 4.0]  # the second has no final after it
     assert after_catch_up(seen) == [1.0]
+
+
+def test_the_delay_beyond_the_audio_leaves_out_the_rest_of_the_utterance() -> None:
+    seen = Resumable()
+    for kind, end_ms, at in (("final", 1000, 1.0), ("final", 6000, 3.0), ("final", 7000, 3.1)):
+        seen.events.append({"type": kind, "end_ms": end_ms})
+        seen.times.append(at)
+    # Caught up at 2.0 s with the stream at 4.0 s: the next final ends 2 s of audio later,
+    # which at 4x is 0.5 s of sending; it came 1.0 s after, so 0.5 s is the resume's.
+    seen.caught_up, seen.caught_up_ms = [2.0, 3.05], [4000.0, 8000.0]
+    assert beyond_audio(seen, 4.0) == pytest.approx([0.5, 0.05])
 
 
 def test_the_summary_pools_every_run() -> None:

@@ -8,6 +8,12 @@ straight and `--runs` times through a loopback proxy that cuts the connection at
 Per resume: from the drop to `resumed`; from the moment the resent audio reached where
 the dropped connection had got, to the next final that arrives after it.
 
+`--workers 2` runs a supervisor with two workers: a resume then lands on either, and one
+that lands on the other worker is piped to the stream's. `--reload` (two workers) cuts
+nothing: each run sends the supervisor SIGHUP once, at a random moment in its first
+third, and every stream is handed over as its worker is replaced (closed with 1012 at a
+pause, resumed on the worker that goes on with it).
+
 The command line is scripts/bench_resume.py.
 """
 
@@ -17,7 +23,9 @@ import argparse
 import asyncio
 import random
 import shlex
+import signal
 import statistics
+import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +70,23 @@ def after_catch_up(seen: Resumable) -> list[float]:
     return out
 
 
+def beyond_audio(seen: Resumable, speed: float) -> list[float]:
+    """For each resume, `after_catch_up` less the time the audio itself still needed at
+    catch-up to reach that final's end (the rest of its utterance, sent at `speed`): the
+    delay the resume added, which the bar is on."""
+    out = []
+    finals_at = [
+        (e, t) for e, t in zip(seen.events, seen.times, strict=True) if e["type"] == "final"
+    ]
+    for caught, caught_ms in zip(seen.caught_up, seen.caught_up_ms, strict=True):
+        later = [(e, t) for e, t in finals_at if t >= caught]
+        if later:
+            event, at = later[0]
+            to_come = max(0.0, event["end_ms"] - caught_ms) / 1000 / speed
+            out.append(max(0.0, at - caught - to_come))
+    return out
+
+
 async def cut_run(url: str, audio: bytes, start: dict[str, Any], args: Any, seed: int) -> Resumable:
     port = int(url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
     async with CuttingProxy(port).running() as proxy:
@@ -83,19 +108,46 @@ async def cut_run(url: str, audio: bytes, start: dict[str, Any], args: Any, seed
         return seen
 
 
-async def measure(url: str, audio: bytes, args: Any) -> dict[str, Any]:
+async def reload_run(
+    url: str,
+    audio: bytes,
+    start: dict[str, Any],
+    args: Any,
+    *,
+    seed: int,
+    proc: subprocess.Popen[str],
+) -> Resumable:
+    """One stream through a reload (SIGHUP to the supervisor) at a random moment."""
+    span = len(audio) / 2 / SR / args.speed
+    moment = random.Random(seed).uniform(0.5, span / 3)
+
+    async def reloader() -> None:
+        await asyncio.sleep(moment)
+        proc.send_signal(signal.SIGHUP)
+
+    task = asyncio.create_task(reloader())
+    seen = await resumable_session(url, audio, start=start, speed=args.speed)
+    task.cancel()
+    return seen
+
+
+async def measure(url: str, audio: bytes, args: Any, proc: subprocess.Popen[str]) -> dict[str, Any]:
     start = {"type": "start", "pace": "replay", "language": "en"}
     uncut = await run_session(url, audio, start=start, speed=args.speed, pace=None)
     expected = finals(uncut.events)
     runs = []
     for k in range(args.runs):
-        seen = await cut_run(url, audio, start, args, args.seed + k)
+        if args.reload:
+            seen = await reload_run(url, audio, start, args, seed=args.seed + k, proc=proc)
+        else:
+            seen = await cut_run(url, audio, start, args, args.seed + k)
         runs.append(
             {
                 "resumes": len(seen.gaps),
                 "finals_equal_uncut": finals(seen.events) == expected,
                 "drop_to_resumed_s": [round(b - a, 3) for a, b in seen.gaps],
                 "catch_up_to_next_final_s": [round(v, 3) for v in after_catch_up(seen)],
+                "beyond_audio_s": [round(v, 3) for v in beyond_audio(seen, args.speed)],
             }
         )
         print(runs[-1], flush=True)
@@ -106,6 +158,7 @@ def summary(measured: dict[str, Any]) -> dict[str, Any]:
     runs = measured["runs"]
     back = [v for r in runs for v in r["drop_to_resumed_s"]]
     nxt = [v for r in runs for v in r["catch_up_to_next_final_s"]]
+    beyond = [v for r in runs for v in r.get("beyond_audio_s", [])]
 
     def p(values: list[float], q: float) -> float | None:
         return round(float(np.percentile(values, q)), 3) if values else None
@@ -120,6 +173,7 @@ def summary(measured: dict[str, Any]) -> dict[str, Any]:
             "max": p(nxt, 100),
             "mean": round(statistics.fmean(nxt), 3) if nxt else None,
         },
+        "beyond_audio_s": {"p50": p(beyond, 50), "p95": p(beyond, 95), "max": p(beyond, 100)},
         "bar_s": 1.0,
     }
 
@@ -132,6 +186,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cuts", type=int, default=5)
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--seed", type=int, default=52)
+    p.add_argument(
+        "--workers", type=int, default=1, help="worker processes (2: resumes may be piped)"
+    )
+    p.add_argument("--reload", action="store_true", help="a SIGHUP reload per run, no cuts")
     add_server_args(p)
     add_json(p)
     return p
@@ -141,10 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         audio = speech(args.seconds, args.seed, Path(folder))
-    options = ("--model", str(args.model), "--resume-grace-s", "30", "--workers", "1")
+    if args.reload:
+        args.workers = max(args.workers, 2)
+    options = ("--model", str(args.model), "--resume-grace-s", "30", "--workers", str(args.workers))
     server = spawn(ServerSpec((*options, "--log-level", "warning", *shlex.split(args.server_args))))
     try:
-        measured = asyncio.run(measure(server.url, audio, args))
+        measured = asyncio.run(measure(server.url, audio, args, server.proc))
     finally:
         server.stop()
     document = {
