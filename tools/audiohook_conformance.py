@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.spawn import ServerSpec, SpawnedServer
@@ -99,8 +100,20 @@ def suite_config_file(reference: Path, text: str) -> Iterator[None]:
             path.write_bytes(original)
 
 
-def run_suite(reference: Path, server_args: Sequence[str], jest_args: Sequence[str]) -> int:
-    """Start the server, run the suite against it; jest's exit code."""
+@dataclass(frozen=True)
+class Served:
+    """A server started for Genesys' client: its process, `/audiohook` URL and the
+    credentials that client signs with."""
+
+    server: SpawnedServer
+    url: str
+    api_key: str
+    client_secret: str
+
+
+@contextmanager
+def serving(server_args: Sequence[str]) -> Iterator[Served]:
+    """`python -m server` with a fresh API key and AudioHook client secret, once ready."""
     api_key, client_secret = credentials()
     args = ("--api-keys", f"genesys:{api_key}", "--audiohook-client-secret", client_secret)
     spec = ServerSpec(args=(*args, *server_args), cwd=Path(__file__).resolve().parent.parent)
@@ -108,6 +121,13 @@ def run_suite(reference: Path, server_args: Sequence[str], jest_args: Sequence[s
         server.wait_ready()
         url = server.url.removesuffix("/ws") + "/audiohook"
         print(f"server ready at {url}", flush=True)
+        yield Served(server, url, api_key, client_secret)
+
+
+def run_suite(reference: Path, server_args: Sequence[str], jest_args: Sequence[str]) -> int:
+    """Start the server, run the suite against it; jest's exit code."""
+    with serving(server_args) as served:
+        url, api_key, client_secret = served.url, served.api_key, served.client_secret
         with suite_config_file(reference, suite_config(url, api_key, client_secret)):
             command = ["npx", "jest", "--verbose", SUITE, *jest_args]
             return subprocess.run(command, cwd=reference, check=False).returncode
@@ -123,15 +143,11 @@ CALL_S = 30
 def run_reconnect(reference: Path, server_args: Sequence[str]) -> int:
     """The reference client through a server stopped mid-call: 0 when it took the
     `reconnect` and the `disconnect` after it without an error, else 1."""
-    api_key, client_secret = credentials()
-    args = ("--api-keys", f"genesys:{api_key}", "--audiohook-client-secret", client_secret)
-    spec = ServerSpec(args=(*args, *server_args), cwd=Path(__file__).resolve().parent.parent)
-    with SpawnedServer(spec) as server:
-        server.wait_ready()
-        url = server.url.removesuffix("/ws") + "/audiohook"
+    with serving(server_args) as served:
         client = (
-            f"npx ts-node src/index.ts --uri {shlex.quote(url)} --api-key {api_key} "
-            f"--client-secret {client_secret} --max-stream-duration {CALL_S}"
+            f"npx ts-node src/index.ts --uri {shlex.quote(served.url)} "
+            f"--api-key {served.api_key} --client-secret {served.client_secret} "
+            f"--max-stream-duration {CALL_S}"
         )
         with subprocess.Popen(
             ["script", "-qec", client, "/dev/null"],
@@ -141,7 +157,7 @@ def run_reconnect(reference: Path, server_args: Sequence[str]) -> int:
             text=True,
         ) as played:
             time.sleep(STOP_AT_S)  # the call is under way: the server is stopped
-            server.proc.send_signal(signal.SIGTERM)
+            served.server.proc.send_signal(signal.SIGTERM)
             log, _ = played.communicate(timeout=CALL_S + 60)
     print(log)
     errors = [line for line in log.splitlines() if "ERROR" in line]
