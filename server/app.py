@@ -820,9 +820,14 @@ class App:
         route: WebSocketRoute,
         grant: Grant | None,
     ) -> None:
-        """Go on with a stream a retiring worker handed over. It was admitted once: it
-        takes no new place (its old worker's is given back as that one exits)."""
-        await self._run_session(port, codec, route, claim, grant=grant, adopted=adopted)
+        """Go on with a stream a retiring worker handed over. It was admitted once: its
+        place here is taken over the limits (its old worker's goes as that one exits)."""
+        lease = await self.host.acquire(Kind.SESSION, port.peer, force=True)
+        try:
+            await self._run_session(port, codec, route, claim, grant=grant, adopted=adopted)
+        finally:
+            if not isinstance(lease, Scope):
+                self.host.release(lease)
 
     async def _run_session(
         self,

@@ -20,6 +20,7 @@ from server.host.admission import Kind, Scope
 from server.host.channel import CALL_DEADLINE_S, Channel, ChannelClosedError
 from server.host.local import follow_here
 from server.host.messages import (
+    HAND_OVER_WAIT_S,
     Acquire,
     CloseStream,
     Describe,
@@ -98,6 +99,9 @@ class HostLink:
         self._channel: Channel | None = None
         self._reading: asyncio.Task[None] | None = None
         self._ids = itertools.count()
+        # In ids this worker makes: a reload runs a worker beside its replacement, which
+        # has the same index, and their follows and pipes must not share ids.
+        self._pid = os.getpid()
         self._follows: dict[str, Subscription] = {}  # followers here of streams elsewhere
         self._relays: dict[str, asyncio.Task[None]] = {}  # streams here followed elsewhere
         self._tasks: set[asyncio.Task[None]] = set()
@@ -140,10 +144,10 @@ class HostLink:
 
     # ---- Host --------------------------------------------------------------------------
 
-    async def acquire(self, kind: Kind, peer: str) -> int | Scope:
+    async def acquire(self, kind: Kind, peer: str, force: bool = False) -> int | Scope:
         # Without its supervisor this worker is stopping: it admits no one (fails closed).
         try:
-            got = await self._call(Acquire(kind, peer))
+            got = await self._call(Acquire(kind, peer, force=force))
         except ChannelClosedError:
             return Scope.TOTAL
         return got if isinstance(got, int | Scope) else Scope.TOTAL
@@ -174,7 +178,7 @@ class HostLink:
             self._channel.notify(GiveBackToken(token_id))
 
     async def follow(self, key: str, wait_s: float) -> Subscription | Followed:
-        follow_id = f"{self.worker}.{next(self._ids)}"
+        follow_id = f"{self.worker}.{self._pid}.{next(self._ids)}"
         sub = Subscription(None, self._follower_capacity, lambda: self._left(follow_id))
         self._follows[follow_id] = sub  # relays may come before the answer does
         try:
@@ -324,11 +328,12 @@ class HostLink:
         """A resume for a stream this worker does not hold: the end that pipes the client
         to the worker that does (run it), the stream itself when its worker retired and
         handed it over (go on with it here), or why it cannot be taken up."""
-        pipe_id = f"{self.worker}.{next(self._ids)}"
+        pipe_id = f"{self.worker}.{self._pid}.{next(self._ids)}"
         end = ClientEnd(port, pipe_id, self._pipe_notice, self._pipe_drain)
         self._pipes[pipe_id] = end  # its first frames may come before the answer does
         try:
-            answer = await self._call(TakeUp(key, session_id, request, pipe_id, port.peer))
+            take_up = TakeUp(key, session_id, request, pipe_id, port.peer)
+            answer = await self._call(take_up, HAND_OVER_WAIT_S + CALL_DEADLINE_S)
         except ChannelClosedError as exc:
             answer = f"the stream's worker could not be asked: {exc}"
         if answer is None:

@@ -15,8 +15,9 @@ from server.streams.hub import StreamFullError, StreamHub, Subscription
 class Host(Protocol):
     """Admission counts and live streams of the whole host."""
 
-    async def acquire(self, kind: Kind, peer: str) -> int | Scope:
-        """A lease of `kind` for `peer`, or the scope of the limit that refuses it."""
+    async def acquire(self, kind: Kind, peer: str, force: bool = False) -> int | Scope:
+        """A lease of `kind` for `peer`, or the scope of the limit that refuses it
+        (`force`: taken over the limits)."""
         ...
 
     async def refusal(self, kind: Kind, peer: str) -> Scope | None:
@@ -54,8 +55,8 @@ class LocalHost:
         self._hub = hub
         self._token_uses = TokenUses()
 
-    async def acquire(self, kind: Kind, peer: str) -> int | Scope:
-        return self.admission.acquire(kind, peer)
+    async def acquire(self, kind: Kind, peer: str, force: bool = False) -> int | Scope:
+        return self.admission.acquire(kind, peer, force=force)
 
     async def refusal(self, kind: Kind, peer: str) -> Scope | None:
         return self.admission.refusal(kind, peer)

@@ -44,6 +44,7 @@ class Acquire:
     kind: Kind
     peer: str
     peek: bool = False
+    force: bool = False  # over the limits: a stream admitted once, handed over
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,16 @@ class TakeUp:
     request: ResumeRequest
     pipe_id: str
     peer: str
+
+
+#: A stream worker's answer to a `TakeUp` while the stream is being handed over: the
+#: supervisor waits for its `HandOver` and answers the landing worker with it.
+MOVING = "the stream is moving to another worker"
+#: How long a resume that reached a stream being handed over waits for its hand-over
+#: (its worker waits at most a hand-off wait for a pause, then 10 s to settle).
+HAND_OVER_WAIT_S = 30.0
+#: Why a resume finds no stream (on the worker it reached, nor on any other).
+NOT_WAITING = "the stream is not waiting to be resumed: it ended, or its grace ran out"
 
 
 @dataclass(frozen=True, slots=True)

@@ -371,6 +371,11 @@ class Connection:
         )
 
     @property
+    def moving(self) -> bool:
+        """Being handed over to another worker (a resume meanwhile waits for that)."""
+        return self._handing_over
+
+    @property
     def stream_key(self) -> str | None:
         """The stream's name host-wide, once it is listed."""
         return None if self._publisher is None else self._publisher.key
@@ -402,7 +407,10 @@ class Connection:
                     await asyncio.wait(
                         [handed, self._tasks[2]], return_when=asyncio.FIRST_COMPLETED
                     )
-        except TimeoutError:
+        except TimeoutError:  # not settled in time: it ends here, as at a drain
+            self._handing_over = False
+            if self._publisher is not None:
+                self._publisher.moving = False
             return None
         finally:
             ended.cancel()
@@ -458,9 +466,11 @@ class Connection:
                 return
             except ClientGone:
                 return
-            if self._going_away or self._dropping is not None:
-                # Dropped unread and undecoded: a client blocked sending must still get to
-                # read its error and close, so the socket keeps draining until it closes.
+            if self._going_away or self._handing_over or self._dropping is not None:
+                # Dropped unread and undecoded (a stream handed over goes on from the
+                # audio taken before its cut, which the client resends): a client
+                # blocked sending must still get to read its error and close, so the
+                # socket keeps draining until it closes.
                 self._extend_drop_grace()
                 continue
             if isinstance(message, bytes) and self._resuming is not None:

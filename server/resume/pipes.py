@@ -164,16 +164,24 @@ class ClientEnd:
         """Pipe until one side ends; the other side is then told."""
         reading = asyncio.create_task(self._read(), name="pipe-read")
         writing = asyncio.create_task(self._write(), name="pipe-write")
+        told = False
         try:
             await asyncio.wait([reading, writing], return_when=asyncio.FIRST_COMPLETED)
-        finally:
             for task in (reading, writing):
                 task.cancel()
             await asyncio.gather(reading, writing, return_exceptions=True)
-        if self._close is not None:  # the stream's side ended it
-            await self._hang_up_client()
-        else:  # the client went: the stream parks again, unless it said it is done
-            self._notify(HangUp(self.pipe_id, self._port.close_code))
+            if self._close is not None:  # the stream's side ended it
+                told = True
+                await self._hang_up_client()
+            else:  # the client went: the stream parks again, unless it said it is done
+                await self._port.settle()
+                told = True
+                self._notify(HangUp(self.pipe_id, self._port.close_code))
+        finally:
+            for task in (reading, writing):
+                task.cancel()
+            if not told:  # cancelled (the worker stops): the stream's side must know
+                self._notify(HangUp(self.pipe_id))
 
     async def _read(self) -> None:
         with contextlib.suppress(ClientGone):

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from server.host.messages import TakeUp
+from server.host.messages import MOVING, NOT_WAITING, TakeUp
 from server.http.tenants import Claim, stream_key
 from server.live.connection import Adoption, Connection, Resuming
 from server.live.socket_port import ClientGone, Port, SocketPort
@@ -85,9 +85,6 @@ class Adopted:
 #: Serves a stream handed over to this worker on the resume's connection (the app's):
 #: (port, codec, claim, the stream) → done when the stream is done with the port.
 Adopter = Callable[[SocketPort, V1Codec, Claim, Adopted], Awaitable[None]]
-
-#: Why a resume finds no stream (here, nor on any other worker).
-NOT_WAITING = "the stream is not waiting to be resumed: it ended, or its grace ran out"
 
 
 class Resumes:
@@ -190,14 +187,14 @@ class Resumes:
         resuming = self.resuming(codec, claim, handover.session_id)
         if resuming is None:
             raise ResumeRefusedError(NOT_WAITING)
-        commands = codec.adopt(handover.start_text, handover.samples)
-        resuming.stream.adopted(handover)
         try:
+            commands = codec.adopt(handover.start_text, handover.samples)
+            resuming.stream.adopted(handover)
             first = resuming.stream.resume(request, stopped=False)
-        except ResumeRefusedError:
-            if self.host is not None:
+        except ProtocolError as exc:  # a gap; or its start is refused here (new limits)
+            if self.host is not None:  # left for a better resume, or a grace's end
                 await self.host.hand_over(handover, self.policy.grace_s)
-            raise
+            raise ResumeRefusedError(str(exc)) from exc
         shift = Shift(handover.next_utt_id, handover.clock_ms)
         adoption = Adoption(handover.session_id, commands, first, shift)
         return adopt(port, codec, claim, Adopted(resuming, adoption))
@@ -205,6 +202,9 @@ class Resumes:
     async def take_up_piped(self, port: Port, body: TakeUp) -> str | None:
         """A resume that landed on another worker, for a stream here (its token checked
         there): None once the stream serves `port`, else why not."""
+        live = self._live(body.session_id)
+        if live is not None and live.moving:
+            return MOVING
         if not await self._has(body.session_id):
             return NOT_WAITING
         try:
@@ -220,7 +220,9 @@ class Resumes:
         if self.parked.has(session_id):
             return True
         live = self._live(session_id)
-        return live is not None and await live.let_go(LET_GO_S) and self.parked.has(session_id)
+        if live is None or live.moving:  # a stream being handed over is nobody's to take
+            return False
+        return await live.let_go(LET_GO_S) and self.parked.has(session_id)
 
     def _resume_here(
         self, port: Port, session_id: str, request: ResumeRequest

@@ -45,6 +45,7 @@ class Resumption:
         self._acked = 0
         self._skip_bytes = 0  # of the resent audio, what the stream already has
         self._next_utt_id = 0  # past every utterance the client was told of
+        self._decided_ms = 0  # where the last final (or failure) handed out ends
 
     def adopted(self, handover: Handover) -> None:
         """This stream goes on from one another worker handed over."""
@@ -52,11 +53,16 @@ class Resumption:
         self._sent.extend(handover.finals)
         self._next_utt_id = handover.next_utt_id
         self._acked = handover.samples
+        self._decided_ms = handover.clock_ms
 
     def handover(self, session_id: str, key: str, sample_rate: int) -> Handover:
         """The stream as this worker leaves it (every final owed handed out first)."""
+        # Back 0.3 s, but never into what a final has decided: heard again, its tail could
+        # make words twice with a short end silence.
         back = int(HAND_OVER_BACK_S * sample_rate)
-        samples = max(self._acked, self.codec.samples_taken - back)
+        decided = self._decided_ms * sample_rate // 1000
+        taken = self.codec.samples_taken
+        samples = max(self._acked, min(taken, max(taken - back, decided)))
         return Handover(
             session_id,
             key,
@@ -77,6 +83,7 @@ class Resumption:
         """An event is being written to the socket (which may drop it unread)."""
         if isinstance(event, Final | Failed):
             self._sent.append(event)
+            self._decided_ms = max(self._decided_ms, event.end_ms)
         utt_id = getattr(event, "utt_id", None)
         if isinstance(utt_id, int):
             self._next_utt_id = max(self._next_utt_id, utt_id + 1)

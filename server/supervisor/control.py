@@ -20,6 +20,9 @@ from engine.remote.unix import bind_private
 from server.host.admission import Admission, Kind
 from server.host.channel import Channel, ChannelClosedError
 from server.host.messages import (
+    HAND_OVER_WAIT_S,
+    MOVING,
+    NOT_WAITING,
     Acquire,
     CloseStream,
     Describe,
@@ -107,6 +110,7 @@ class Control:
         # Streams a retiring worker handed over, by key, until a resume takes them (or
         # the loop time in the pair passes: their grace ran out).
         self._handed: dict[str, tuple[Handover, float]] = {}
+        self._handing = KeyWaits()  # resumes that wait for a stream's hand-over
         self._joined = asyncio.Event()  # set (and cleared) whenever a worker joins
         self._every_link: set[WorkerLink] = set()  # a retiring worker's, beside its successor's
         self._server: asyncio.Server | None = None
@@ -212,7 +216,7 @@ class Control:
             case Acquire(peek=True):
                 return self.admission.refusal(body.kind, body.peer)
             case Acquire():
-                return self.admission.acquire(body.kind, body.peer, link.owner)
+                return self.admission.acquire(body.kind, body.peer, link.owner, body.force)
             case UseToken():
                 return self.token_uses.use(
                     body.token_id, body.limit, body.expires_at, body.now, body.peek
@@ -264,6 +268,7 @@ class Control:
         now = asyncio.get_running_loop().time()
         self._handed = {k: kept for k, kept in self._handed.items() if kept[1] > now}
         self._handed[key] = (body.handover, now + body.wait_s)
+        self._handing.appeared(key)
         return True
 
     def _handed_over(self, key: str, session_id: str) -> Handover | None:
@@ -282,16 +287,25 @@ class Control:
             return handover
         owner = self._streams.get(body.key)
         if owner is None or owner is link:
-            return "the stream is not waiting to be resumed: it ended, or its grace ran out"
+            return NOT_WAITING
         # Listed before asking: the owner's first frames may overtake its answer here.
         self._pipes[body.pipe_id] = _Pipe(owner, link)
         answer: object = "the stream's worker did not answer"
         with contextlib.suppress(ChannelClosedError):
             answer = await _ask(owner, body)
-        if answer is not None:
-            self._pipes.pop(body.pipe_id, None)
-            return answer if isinstance(answer, str) else "the stream could not be taken up"
-        return None
+        if answer is None:
+            return None
+        self._pipes.pop(body.pipe_id, None)
+        # Refused, or still being handed over: its hand-over may be on its way (a stream
+        # is handed over before its client is told to resume, but a resume can overtake).
+        if answer == MOVING and body.key not in self._handed:
+            await self._handing.wait(body.key, HAND_OVER_WAIT_S)
+        handover = self._handed_over(body.key, body.session_id)
+        if handover is not None:
+            return handover
+        if answer == MOVING:
+            return NOT_WAITING
+        return answer if isinstance(answer, str) else "the stream could not be taken up"
 
     # ---- reloads -------------------------------------------------------------------------
 

@@ -22,6 +22,16 @@ def test_a_peer_is_refused_past_its_own_limit_and_all_past_the_total() -> None:
     assert isinstance(counts.acquire(Kind.FOLLOWER, "a"), int)
 
 
+def test_a_forced_lease_is_taken_over_the_limits_and_counted() -> None:
+    counts = admission(total=1, per_peer=1)
+    assert isinstance(counts.acquire(Kind.SESSION, "a"), int)
+    assert isinstance(counts.acquire(Kind.SESSION, "a"), Scope)
+    moved = counts.acquire(Kind.SESSION, "a", force=True)  # a stream handed over
+    assert isinstance(moved, int) and counts.count(Kind.SESSION) == 2
+    counts.release(moved)
+    assert counts.count(Kind.SESSION) == 1
+
+
 def test_a_lease_is_released_once() -> None:
     counts = admission(total=1)
     lease = counts.acquire(Kind.UPLOAD, "")

@@ -62,6 +62,14 @@ def test_a_stream_is_handed_over_a_little_before_the_audio_taken_never_before_th
     assert again.handover("s1", "call", 16000).samples == handover.samples
 
 
+def test_a_hand_over_never_goes_back_into_audio_a_final_decided() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 40000)  # 2.5 s
+    s.ack(16000)
+    s.handed(Final(0, 0, 2400, final(0).transcript))  # it ends 0.1 s before the cut
+    assert s.handover("s1", "call", 16000).samples == 2400 * 16
+
+
 def test_a_resume_gets_the_finals_after_its_last_and_a_fresh_token() -> None:
     s = stream()
     s.codec.decode(b"\0" * 2 * 32000)
