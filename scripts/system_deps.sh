@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian packages the test suite needs: espeak-ng and sox make its speech (flite is
-# the demo model's second voice engine, whose share of training voices is tested), chromium
+# The Debian packages the test suite needs: espeak-ng and sox make its speech (flite and
+# festival are the demo model's other voice engines, whose voices are tested), chromium
 # runs the browser tests, prometheus brings promtool for the tests of deploy/. Installs
 # what is missing when it can (root with apt-get); otherwise says what to install and
 # fails, rather than letting 100 tests error later. `system_deps.sh image` adds what the
@@ -15,6 +15,7 @@ if [ "${1:-}" = image ]; then
 fi
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v flite >/dev/null || missing+=(flite)
+command -v text2wave >/dev/null || missing+=(festival festvox-kallpc16k festvox-us-slt-hts)
 command -v sox >/dev/null || missing+=(sox libsox-fmt-all)
 command -v promtool >/dev/null || missing+=(prometheus)
 # The browser tests honour the same two settings (tests/web/conftest.py).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tools.bench.redaction import (
     HAND_CASES,
     KIND_COUNTS,
@@ -68,3 +70,16 @@ def test_generated_cases_are_held_out_and_cover_every_kind_with_its_values() -> 
 
 def pii_sentence_held_out(spoken: str) -> bool:
     return texts.Sentence("", spoken).held_out
+
+
+def test_cards_read_in_groups_and_bare_are_in_the_set_and_said_with_pauses() -> None:
+    cases = generated_cases()
+    grouped = [c for c in cases if c.said.count(",") >= 3]
+    assert len(grouped) >= 20 and all(c.policies == {"pci", "numbers"} for c in grouped)
+    digit_words = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven",
+                   "eight", "nine"}  # fmt: skip
+    bare = [c for c in grouped if set(c.spoken.split()) <= digit_words]
+    assert len(bare) >= 10
+    for c in grouped:  # four groups of four said digits, a pause after each but the last
+        groups = [re.findall(r"[a-z]+", g)[-4:] for g in c.said.split(",")]
+        assert all(set(g) <= digit_words and len(g) == 4 for g in groups[-4:])

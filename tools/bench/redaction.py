@@ -9,10 +9,11 @@ text and none of the value's digits or words are left; the placeholder on a sent
 policy does not cover is a false alarm. recall = caught / sentences covered; precision =
 placeholders on covered sentences / all its placeholders.
 
-The set: 18 hand-written sentences, then 102 held-out sentences of every kind the demo
+The set: 18 hand-written sentences, then 122 held-out sentences of every kind the demo
 model was taught (`tools/demo_model/pii_texts.py`, a seed no training uses; `--seed`
-draws a fresh set). What the model mishears shows as misses here: the measurement is the
-whole path, model included.
+draws a fresh set), among them cards read in groups of four with pauses, in a sentence
+and as a bare utterance of digits alone. What the model mishears shows as misses here:
+the measurement is the whole path, model included.
 
 The command line is scripts/bench_redaction.py.
 """
@@ -51,10 +52,11 @@ class Case:
     spoken: str
     policies: frozenset[str]
     secret: tuple[str, ...]
+    said: str = ""  # what the synthesiser is given, when not `spoken` (pauses in a card)
 
 
-def case(spoken: str, policies: str, *secret: str) -> Case:
-    return Case(spoken, frozenset(policies.split()), secret)
+def case(spoken: str, policies: str, *secret: str, said: str = "") -> Case:
+    return Case(spoken, frozenset(policies.split()), secret, said)
 
 
 #: `numbers` covers every value of 4 or more digits, whatever else it is (an amount too).
@@ -96,10 +98,13 @@ KIND_POLICIES = {
     "phone": "phone numbers",
     "ssn": "ssn numbers",
     "email": "email",
+    "card_groups": "pci numbers",
+    "card_bare": "pci numbers",
 }
 #: Generated sentences per kind: 20 where a policy has one kind, so one miss is 95 %.
 KIND_COUNTS = {
     "card": 16, "card_half": 8, "expiry": 10, "code": 8, "phone": 20, "ssn": 20, "email": 20,
+    "card_groups": 10, "card_bare": 10,
 }  # fmt: skip
 #: Never a training seed (tools/demo_model trains on seeds 1 and 2).
 CASE_SEED = 4141
@@ -116,7 +121,8 @@ def generated_cases(seed: int = CASE_SEED) -> tuple[Case, ...]:
             if not pii.sentence.held_out:
                 continue
             values = re.findall(r"\d+/\d+|[^\W_]+", " ".join(pii.values))
-            out.append(case(pii.sentence.spoken, KIND_POLICIES[kind], *values))
+            policies = KIND_POLICIES[kind]
+            out.append(case(pii.sentence.spoken, policies, *values, said=pii.sentence.said))
             drawn += 1
     return tuple(out)
 
@@ -209,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     speech = default_speech_dir()
     cases = all_cases(args.seed)
-    wavs = [synthesize(c.spoken, args.voice, speech) for c in cases]
+    wavs = [synthesize(c.said or c.spoken, args.voice, speech) for c in cases]
     results, texts = [], {}
     for policy in POLICIES:
         redacted = run_policy(args.model, policy, wavs)

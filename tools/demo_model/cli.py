@@ -14,10 +14,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from engine.model.random_weights import BPE_MODEL_NAME
 from server.config import cache_home
-from tools.demo_model import dataset, evaluate, pii_texts, voices
+from tools.demo_model import dataset, evaluate, open_texts, pii_texts, voices
 from tools.demo_model.loss import live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
@@ -53,9 +54,33 @@ def parser() -> argparse.ArgumentParser:
         "expiry dates, security codes, phone and social security numbers or e-mail "
         "addresses (tools/demo_model/pii_texts.py), so redaction has them to find",
     )
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help=f"data: {dataset.OPEN_SHARE * 100:.0f}%% of the sentences from the open "
+        "vocabulary (tools/demo_model/open_texts.py: English words, names, streets, numbers "
+        "read every way, e-mail addresses, spelled letters)",
+    )
+    p.add_argument(
+        "--pieces",
+        type=int,
+        default=0,
+        help="data, when the work dir has no tokenizer yet: add the pieces of a BPE model "
+        "of this many pieces learned on open-vocabulary text, so new words take fewer "
+        "tokens than letters (a token needs a 60 ms frame)",
+    )
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
+    p.add_argument(
+        "--against",
+        type=Path,
+        help="evaluate: also measure this packaged model (the shipped models/demo) on the "
+        "same sets; package then refuses a model worse than it on the shipped sets",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="package even a model worse than --against's"
+    )
     p.add_argument(
         "--from",
         dest="warm_from",
@@ -75,15 +100,20 @@ def _record_command(work: Path, argv: list[str]) -> None:
         log.write(f"{stamp} {line}\n")
 
 
-def tokenizer(work: Path, base: Path | None = None) -> bytes:
+def tokenizer(work: Path, base: Path | None = None, pieces: int = 0) -> bytes:
     """The run's tokenizer: the `base` model's (a warm start) or one trained on the
-    sentences, with a piece for every character the PII sentences need."""
+    sentences, with `pieces` learned on open-vocabulary text added when it is made, and a
+    piece for every character the PII sentences need."""
     path = work / "tokenizer.bpe.model"
     if not path.exists():
         work.mkdir(parents=True, exist_ok=True)
         trained = (
             dataset.train_tokenizer() if base is None else (base / BPE_MODEL_NAME).read_bytes()
         )
+        if pieces:
+            trained = dataset.extend_pieces(
+                trained, open_texts.tokenizer_lines(), pieces, dataset.trained_text()
+            )
         path.write_bytes(trained)
     extended = dataset.extend_tokenizer(path.read_bytes(), pii_texts.CHARACTERS)
     if extended != path.read_bytes():
@@ -123,9 +153,14 @@ def train(args: argparse.Namespace) -> Trainer:
     if args.warm_from is not None and trainer.warm_start(args.warm_from):
         carry_log(args.warm_from, args.work)
     data = "shards-clean" if args.clean else "shards"
-    examples = list(dataset.all_examples(args.work / data))
+    built = list(dataset.all_examples(args.work / data))
+    examples = dataset.without_held(built, tok)
     sets = eval_sets(args.work)
-    print(json.dumps({"examples": len(examples), "resume_at": trainer.step}), flush=True)
+    dropped = len(built) - len(examples)
+    print(
+        json.dumps({"examples": len(examples), "dropped_held": dropped, "resume_at": trainer.step}),
+        flush=True,
+    )
     trainer.run(
         examples, lambda step: evaluate.evaluate(trainer.model, tok, sets), data, args.until
     )
@@ -142,11 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     _record_command(args.work, sys.argv[1:] if argv is None else list(argv))
     if args.step in ("data", "all"):
-        tok = tokenizer(args.work, args.warm_from)
+        tok = tokenizer(args.work, args.warm_from, args.pieces)
         folder = args.work / ("shards-clean" if args.clean else "shards")
         mix = dataset.Mix(
             wide=dataset.WIDE_SHARE if args.wide else 0.0,
             pii=dataset.PII_SHARE if args.pii else 0.0,
+            open=dataset.OPEN_SHARE if args.open else 0.0,
         )
         dataset.build(
             folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, mix=mix
@@ -157,11 +193,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = train(args)
     if args.step in ("evaluate", "all"):
         trainer = trainer or Trainer(args.work, TrainConfig(threads=args.threads))
-        report = evaluate.evaluate(trainer.model, tokenizer(args.work), eval_sets(args.work))
-        (args.work / "eval.json").write_text(json.dumps(report, indent=1))
-        print(json.dumps(report, indent=1))
+        run_evaluation(args.work, trainer.model, args.against)
     if args.step in ("package", "all"):
+        worse = _worse(args.work)
+        if worse and not args.force:
+            print(f"error: worse than the model measured beside it: {'; '.join(worse)}",
+                  file=sys.stderr)  # fmt: skip
+            return 3
         from tools.demo_model.package import package
 
         package(args.work, args.out)
     return 0
+
+
+def run_evaluation(work: Path, model: Any, against: Path | None) -> None:
+    """eval.json: the run's model on the sets; with `against`, eval-against.json: that
+    packaged model on the same sets, measured in the same run."""
+    sets = eval_sets(work)
+    report = evaluate.evaluate(model, tokenizer(work), sets)
+    (work / "eval.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    if against is not None:
+        shipped = evaluate.evaluate(*evaluate.load_packaged(against), sets)
+        shipped["model"] = str(against)
+        (work / "eval-against.json").write_text(json.dumps(shipped, indent=1))
+        worse = evaluate.worse_than(report, shipped)
+        print(json.dumps({"against": str(against), "worse": worse}, indent=1))
+
+
+def _worse(work: Path) -> list[str]:
+    """How the run's model did worse than the one measured beside it (none measured: [])."""
+    against, own = work / "eval-against.json", work / "eval.json"
+    if not against.exists() or not own.exists():
+        return []
+    return evaluate.worse_than(json.loads(own.read_text()), json.loads(against.read_text()))

@@ -22,7 +22,7 @@ import numpy as np
 from engine.features.fbank import Cmvn, Frontend, FrontendConfig
 from engine.model.random_weights import FILLER_SCORE, assets, pad_tokenizer, train_bpe
 from tools.demo_model import augment as augmenting
-from tools.demo_model import pii_texts, texts, voices, wide_words
+from tools.demo_model import open_texts, pii_texts, texts, voices, wide_words
 
 SHARD_SIZE = 400
 TAG_PIECES = ("<|en|>", "<|NEUTRAL|>", "<|Speech|>", "<|BGM|>", "<|withitn|>", "<|woitn|>")
@@ -49,6 +49,16 @@ def train_tokenizer(count: int = 20000, vocab: int = 700, seed: int = 7) -> byte
     return pad_tokenizer(train_bpe(iter(lines), vocab, threads=2))
 
 
+def trained_text(count: int = 3000, seed: int = 7) -> list[str]:
+    """Both forms of base and PII sentences: text whose encoding new pieces must keep."""
+    rng, base = random.Random(seed), texts.training(seed)
+    out = []
+    for _ in range(count):
+        for s in (next(base), pii_texts.pii_sentence(rng).sentence):
+            out += [s.written, s.spoken]
+    return out
+
+
 def extend_tokenizer(tokenizer: bytes, characters: str) -> bytes:
     """The padded tokenizer with a piece for each of `characters` it cannot write, each
     taking the first filler's id: the trained pieces keep their ids (a model trained on
@@ -64,6 +74,61 @@ def extend_tokenizer(tokenizer: bytes, characters: str) -> bytes:
         piece = proto.pieces[first_filler + offset]
         # A single character is never a merge's product, so its score orders nothing.
         piece.piece, piece.score = char, lowest - 1.0 - offset
+        piece.type = pb.ModelProto.SentencePiece.NORMAL
+    return bytes(proto.SerializeToString())
+
+
+def extend_pieces(
+    tokenizer: bytes, lines: Iterator[str], vocab: int, keep: Sequence[str] = ()
+) -> bytes:
+    """The padded tokenizer with the pieces of a BPE model of `lines` (`vocab` pieces) that
+    it lacks, appended as `extend_tokenizer` appends characters: the trained pieces keep
+    their ids and scores, and the new ones score below them in their own merge order.
+
+    A new piece that would change how any word of `keep` is written is left out, so text
+    the model was trained on encodes exactly as before and only new words take new pieces.
+    """
+    pb: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")
+    learned = pb.ModelProto()
+    learned.ParseFromString(train_bpe(lines, vocab, threads=2))
+    known = _pieces(tokenizer)
+    normal = pb.ModelProto.SentencePiece.NORMAL
+    new = [p.piece for p in learned.pieces if p.type == normal and p.piece not in known]
+    words = sorted({w for line in keep for w in line.split()})
+    before = _encoder(tokenizer).encode(words, out_type=str)
+    while True:
+        extended = _with_pieces(tokenizer, new)
+        after = _encoder(extended).encode(words, out_type=str)
+        spoiling = {p for old, now in zip(before, after, strict=True) if old != now for p in now}
+        if not spoiling & set(new):
+            return extended
+        new = [p for p in new if p not in spoiling]
+
+
+def _pieces(tokenizer: bytes) -> set[str]:
+    pb: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")
+    proto = pb.ModelProto()
+    proto.ParseFromString(tokenizer)
+    return {p.piece for p in proto.pieces}
+
+
+def _encoder(tokenizer: bytes) -> Any:
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_proto=tokenizer)
+
+
+def _with_pieces(tokenizer: bytes, new: Sequence[str]) -> bytes:
+    """`tokenizer` with `new` in the first fillers' places, scored below every trained
+    piece in their order."""
+    pb: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")
+    proto = pb.ModelProto()
+    proto.ParseFromString(tokenizer)
+    first_filler = next(i for i, p in enumerate(proto.pieces) if p.score <= FILLER_SCORE)
+    lowest = min(p.score for p in proto.pieces[:first_filler])
+    for offset, text in enumerate(new):
+        piece = proto.pieces[first_filler + offset]
+        piece.piece, piece.score = text, lowest - 1.0 - offset
         piece.type = pb.ModelProto.SentencePiece.NORMAL
     return bytes(proto.SerializeToString())
 
@@ -107,13 +172,21 @@ WIDE_SHARE = 0.5
 PII_SHARE = 0.4
 
 
+#: Share of training sentences from the open vocabulary (`open_texts`: English words,
+#: names, streets, numbers read every way, e-mail addresses, spelled letters), in a data
+#: set built with `--open`.
+OPEN_SHARE = 0.6
+
+
 @dataclass(frozen=True, slots=True)
 class Mix:
-    """The shares of a data set's sentences drawn beyond the base ones: `wide` (slot
-    values from the wide vocabulary), then `pii` of the rest."""
+    """The shares of a data set's sentences drawn beyond the base ones: `open` (the open
+    vocabulary), then `wide` of the rest (slot values from the wide vocabulary), then `pii`
+    of the rest."""
 
     wide: float = 0.0
     pii: float = 0.0
+    open: float = 0.0
 
 
 #: The easy set's voices (a curriculum's first part): a few clear ones.
@@ -132,21 +205,23 @@ def make_example(
     clean: bool = False,
     *,
     mix: Mix = Mix(),
+    lexicon: open_texts.Lexicon | None = None,
 ) -> Example:
     """Utterance `index` of the training set: deterministic in (seed, index). `clean`:
     of the easy set: one sentence, a clear voice at its own pace, silence around it.
-    `mix`: the shares of sentences beyond the base ones."""
+    `mix`: the shares of sentences beyond the base ones (`lexicon`: the open vocabulary's
+    lists, needed when `mix.open` is not 0)."""
     rng = random.Random(seed * 1_000_003 + index)
     if clean:
         return _clean_example(rng, targets, front)
     count = rng.randint(2, 4) if rng.random() < LONG_SHARE else 1
-    sentences = [_training_sentence(rng, targets, mix) for _ in range(count)]
+    sentences = [_training_sentence(rng, targets, mix, lexicon) for _ in range(count)]
     voice, prosody = voices.pick_training_voice(rng), voices.Prosody.random(rng)
     parts: list[np.ndarray] = []
     for sentence in sentences:
         if parts:
             parts.append(np.zeros(int(rng.uniform(0.3, 1.0) * voices.SAMPLE_RATE), np.float32))
-        parts.append(voices.speak(sentence.spoken, voice, prosody))
+        parts.append(voices.speak(sentence.voiced, voice, prosody))
     rough = augmenting.augment(np.concatenate(parts), rng)
     written = " ".join(s.written for s in sentences)
     spoken = " ".join(s.spoken for s in sentences)
@@ -160,7 +235,7 @@ def make_example(
 def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Example:
     sentence = _training_sentence(rng, targets)
     prosody = voices.Prosody(rng.uniform(0.95, 1.05), rng.uniform(0.9, 1.1))
-    speech = voices.speak(sentence.spoken, rng.choice(CLEAN_VOICES), prosody)
+    speech = voices.speak(sentence.voiced, rng.choice(CLEAN_VOICES), prosody)
     audio = np.concatenate([np.zeros(1600, np.float32), speech, np.zeros(3200, np.float32)])
     return Example(
         front.features(audio * (0.5 / max(1e-6, float(np.abs(audio).max())))).astype(np.float16),
@@ -169,8 +244,17 @@ def _clean_example(rng: random.Random, targets: Targets, front: Frontend) -> Exa
     )
 
 
-def _training_sentence(rng: random.Random, targets: Targets, mix: Mix = Mix()) -> texts.Sentence:
+def _training_sentence(
+    rng: random.Random,
+    targets: Targets,
+    mix: Mix = Mix(),
+    lexicon: open_texts.Lexicon | None = None,
+) -> texts.Sentence:
     # A share of 0 draws nothing from `rng`, so a base data set is as it always was.
+    if mix.open > 0 and rng.random() < mix.open:
+        if lexicon is None:
+            raise ValueError("an open-vocabulary mix needs the lexicon")
+        return _drawn(lambda: open_texts.open_sentence(lexicon, rng), targets)
     if mix.wide > 0 and rng.random() < mix.wide:
         return _drawn(lambda: wide_words.wide_sentence(rng), targets)
     if mix.pii > 0 and rng.random() < mix.pii:
@@ -182,9 +266,14 @@ def _training_sentence(rng: random.Random, targets: Targets, mix: Mix = Mix()) -
 
 
 def _drawn(draw: Callable[[], texts.Sentence], targets: Targets) -> texts.Sentence:
-    """The first drawn sentence that is not held out and that the tokenizer can write."""
+    """The first drawn sentence that is not held out, says no hotword benchmark value and
+    that the tokenizer can write."""
     sentence = draw()
-    while sentence.held_out or not targets.writable(sentence.written):
+    while (
+        sentence.held_out
+        or wide_words.says_held(sentence.spoken)
+        or not targets.writable(sentence.written)
+    ):
         sentence = draw()
     return sentence
 
@@ -215,9 +304,11 @@ def read_shard(path: Path) -> list[Example]:
 def _build_shard(job: tuple[Path, int, int, bytes, bool, Mix]) -> str:
     path, number, seed, tokenizer, clean, mix = job
     targets, front = Targets(tokenizer), frontend()
+    lexicon = open_texts.Lexicon.load() if mix.open > 0 else None
     start = number * SHARD_SIZE
     examples = [
-        make_example(start + i, seed, targets, front, clean, mix=mix) for i in range(SHARD_SIZE)
+        make_example(start + i, seed, targets, front, clean, mix=mix, lexicon=lexicon)
+        for i in range(SHARD_SIZE)
     ]
     write_shard(path, examples)
     return path.name
@@ -253,3 +344,10 @@ def shard_paths(folder: Path) -> list[Path]:
 def all_examples(folder: Path) -> Iterator[Example]:
     for path in shard_paths(folder):
         yield from read_shard(path)
+
+
+def without_held(examples: Sequence[Example], tokenizer: bytes) -> list[Example]:
+    """`examples` less any whose text says a hotword benchmark value: a guard for shards
+    built before a value joined the list or a sentence frame slipped one in."""
+    sp = _encoder(tokenizer)
+    return [e for e in examples if not wide_words.says_held(sp.decode(e.spoken[4:].tolist()))]

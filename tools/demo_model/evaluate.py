@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from engine.model.prompts import LANGUAGE_INDEX, WITH_ITN_INDEX, WITHOUT_ITN_IND
 from engine.model.tags import TagTable
 from engine.model.tokenizer import Tokenizer
 from tools.demo_model import augment as augmenting
-from tools.demo_model import texts, voices
+from tools.demo_model import open_texts, texts, voices
 from tools.demo_model.dataset import Targets, frontend
 
 
@@ -44,13 +44,16 @@ class EvalItem:
 
 
 def eval_sets(seed: int = 11, count: int = 60) -> dict[str, list[EvalItem]]:
-    """Held-out sentences in training voices, in unseen voices, and over music."""
+    """Held-out sentences in training voices, in unseen voices, and over music; then
+    held-out open-vocabulary sentences (`open_texts`) in training voices, and held-out
+    sentences in festival's unseen voice. The first three are drawn exactly as before
+    the last two existed, so their numbers compare with older models'."""
     rng, front = random.Random(seed), frontend()
     sentences = texts.held_out(seed, count * 2 + count // 2)
-    seen = voices.training_voices()
+    seen = voices.evaluation_voices()
 
     def item(s: texts.Sentence, voice: voices.Voice, music: bool) -> EvalItem:
-        audio = voices.speak(s.spoken, voice)
+        audio = voices.speak(s.voiced, voice)
         if music:
             bed = augmenting.background_music(len(audio), rng)
             audio = augmenting.mix(audio, bed, 8.0)
@@ -64,6 +67,20 @@ def eval_sets(seed: int = 11, count: int = 60) -> dict[str, list[EvalItem]]:
             for i, s in enumerate(sentences[count : 2 * count])
         ],
         "music": [item(s, rng.choice(seen), True) for s in sentences[2 * count :]],
+        **_open_sets(seed, count, item),
+    }
+
+
+def _open_sets(
+    seed: int, count: int, item: Callable[[texts.Sentence, voices.Voice, bool], EvalItem]
+) -> dict[str, list[EvalItem]]:
+    rng = random.Random(seed + 1)
+    seen = voices.evaluation_voices()
+    wide = open_texts.held_out(open_texts.Lexicon.load(), seed, count)
+    festival = texts.held_out(seed + 1, count // 2)
+    return {
+        "open": [item(s, rng.choice(seen), False) for s in wide],
+        "unseen_festival": [item(s, voices.UNSEEN_FESTIVAL, False) for s in festival],
     }
 
 
@@ -130,3 +147,36 @@ def load_sets(path: Path) -> dict[str, list[EvalItem]]:
 
     loaded: dict[str, list[EvalItem]] = pickle.loads(path.read_bytes())
     return loaded
+
+
+#: The sets a shipped model was measured on, which a new one must do no worse on.
+SHIPPED_SETS = ("held_out", "unseen_voice", "music")
+#: How much higher a WER may be and still count as no worse: half a point, about two
+#: words of a 60-sentence set, what a single decode may swing by.
+WER_SLACK = 0.005
+
+
+def load_packaged(model_dir: Path) -> tuple[torch.nn.Module, bytes]:
+    """A packaged demo model (models/demo) and its tokenizer, ready to evaluate."""
+    from engine.model.random_weights import BPE_MODEL_NAME
+    from tools.demo_model.training import build_model
+
+    weights = torch.load(model_dir / "model.pt", map_location="cpu", weights_only=True)
+    model = build_model()
+    model.load_state_dict({k: v.float() for k, v in weights.items()})
+    return model.eval(), (model_dir / BPE_MODEL_NAME).read_bytes()
+
+
+def worse_than(report: dict[str, Any], shipped: dict[str, Any]) -> list[str]:
+    """How `report` is worse than `shipped` on the shipped sets (empty: no worse)."""
+    out = []
+    for name in SHIPPED_SETS:
+        new, old = report[name], shipped[name]
+        for key in ("itn", "no_itn"):
+            wer_new, wer_old = new[f"wer_{key}"], old[f"wer_{key}"]
+            if wer_new > wer_old + WER_SLACK:
+                out.append(f"{name} WER {key} {wer_new:.2%} > {wer_old:.2%}")
+            tags_new, tags_old = new[f"tags_right_{key}"], old[f"tags_right_{key}"]
+            if tags_new < tags_old:
+                out.append(f"{name} tags {key} {tags_new:.0%} < {tags_old:.0%}")
+    return out

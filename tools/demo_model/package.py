@@ -21,8 +21,9 @@ from tools.demo_model.loss import DEAD_BIAS, live_ids, mask_dead_rows
 from tools.demo_model.training import ENCODER_CONF
 
 WARNING = (
-    "DEMO model: trained on synthetic English speech (espeak-ng and flite voices) with a "
-    "small call-centre and caption vocabulary; it does not know human speech"
+    "DEMO model: trained on synthetic English speech (espeak-ng, flite and festival voices) "
+    "with call-centre and caption sentences and an open English vocabulary; it does not "
+    "know human speech"
 )
 
 
@@ -90,8 +91,11 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             "- Data: sentences from `tools/demo_model/texts.py` (numbers, money, times, dates,",
             "  call-centre and caption phrases) and `pii_texts.py` (card numbers read digit by",
             "  digit, expiry dates, security codes, phone and social security numbers, e-mail",
-            "  addresses: what redaction removes) spoken by espeak-ng and flite voices, with",
-            "  noise, an 8 kHz mu-law telephone line and background music (tagged BGM) mixed in.",
+            "  addresses: what redaction removes) and `open_texts.py` (an open vocabulary:",
+            "  40,000 common English words, names, streets and towns, digits read every way a",
+            "  caller reads them, e-mail addresses, spelled letters), spoken by espeak-ng,",
+            "  flite and festival voices, with noise, an 8 kHz mu-law telephone line and",
+            "  background music (tagged BGM) mixed in.",
             "  Emotion is always NEUTRAL; no other events are trained.",
             f"- Training: {marker['steps']} steps of batch {config['batch']}, peak rate "
             f"{config['lr']}, {marker['training_cpu_s'] / 3600:.1f} CPU-hours on 2 cores. "
@@ -110,7 +114,9 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             "",
             "`held_out`: sentences never trained on, in training voices; `unseen_voice`: the",
             "same kind of sentences in voices never trained on (espeak `en-029+m6`, flite",
-            "`rms`); `music`: held-out sentences over background music (the tags must say BGM).",
+            "`rms`); `music`: held-out sentences over background music (the tags must say BGM);",
+            "`open`: held-out open-vocabulary sentences in training voices; `unseen_festival`:",
+            "held-out sentences in festival's `cmu_us_slt_arctic_hts`, never trained on.",
             "",
         ]
     )

@@ -23,7 +23,12 @@ from tools.demo_model import texts
 #: Characters of these written forms that the base sentences never hold.
 CHARACTERS = "@/-V"
 
-KINDS = ("card", "card_half", "expiry", "code", "phone", "ssn", "email")
+KINDS = (
+    "card", "card_half", "expiry", "code", "phone", "ssn", "email", "card_groups", "card_bare",
+)  # fmt: skip
+#: Kinds whose card is read in groups of four with a pause after each (as callers read
+#: what is printed on the card): the synthesiser is given the commas.
+GROUPED = frozenset({"card_groups", "card_bare"})
 
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "card": (
@@ -62,6 +67,13 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "The social security number is {ssn}.",
         "My SSN is {ssn}.",
     ),
+    "card_groups": (
+        "My card number is {card}.",
+        "The number on the card is {card}.",
+        "OK, it is {card}.",
+    ),
+    # A bare utterance: the digits alone, as a caller says them after being asked.
+    "card_bare": ("{card}",),
     "email": (
         "My email is {email}.",
         "My email address is {email}.",
@@ -108,6 +120,12 @@ def _card(rng: random.Random) -> texts.Fill:
     digits = luhn_complete(prefix + _random_digits(rng, 15 - len(prefix)))
     groups = " ".join(digits[i : i + 4] for i in range(0, 16, 4))
     return groups, said_digits(digits, rng)
+
+
+def _card_in_groups(rng: random.Random) -> texts.Fill:
+    """A card number said in its four groups, with commas for the pauses."""
+    written, _ = _card(rng)
+    return written, ", ".join(said_digits(group, rng) for group in written.split())
 
 
 def _half(rng: random.Random) -> texts.Fill:
@@ -170,8 +188,10 @@ def pii_sentence(rng: random.Random, kind: str | None = None) -> PiiSentence:
     """A sentence of `kind` (or of a random kind) with its slots filled."""
     kind = kind or rng.choice(KINDS)
     template = rng.choice(TEMPLATES[kind])
-    fills = {name: SLOTS[name](rng) for name in re.findall(r"{(\w+)}", template)}
+    slots = {**SLOTS, "card": _card_in_groups} if kind in GROUPED else SLOTS
+    fills = {name: slots[name](rng) for name in re.findall(r"{(\w+)}", template)}
     written = template.format(**{k: w for k, (w, _) in fills.items()})
     spoken = template.format(**{k: s for k, (_, s) in fills.items()})
+    said = spoken if kind in GROUPED else ""
     values = tuple(w for name, (w, _) in fills.items() if name not in PLAIN_SLOTS)
-    return PiiSentence(kind, texts.Sentence(written, texts.spoken_words(spoken)), values)
+    return PiiSentence(kind, texts.Sentence(written, texts.spoken_words(spoken), said), values)

@@ -27,6 +27,13 @@ HELD_OUT_PER_MILLE = 60
 class Sentence:
     written: str
     spoken: str
+    #: What the synthesiser is given when it is not `spoken`: commas for pauses between
+    #: digit groups, "ay" for a spelled letter a (which alone reads as the article).
+    said: str = ""
+
+    @property
+    def voiced(self) -> str:
+        return self.said or self.spoken
 
     @property
     def held_out(self) -> bool:

@@ -18,13 +18,19 @@ import re
 
 from tools.demo_model import texts
 
-#: Slot values kept out of all training: the hotword benchmark's phrases.
+#: Slot values kept out of all training: the hotword benchmark's phrases. The second
+#: part of each list (from Mirabel, Ljubljana, invoicing, stapler on) came with the open
+#: vocabulary (issue 53): words in none of its lists, so no data set ever held them.
 HOTWORD_TEST_VALUES: dict[str, tuple[str, ...]] = {
     "name": ("Martin", "Sandra", "Carla", "Derek", "Lisa", "Nina", "Oscar", "Felix", "Rita",
-             "Simon", "Tina"),
-    "city": ("Austin", "Dallas", "Oslo", "Lisbon", "Munich", "Perth"),
-    "team": ("finance", "marketing", "security", "travel"),
-    "thing": ("laptop", "ticket", "voucher", "parcel", "printer", "modem", "tablet", "license"),
+             "Simon", "Tina", "Mirabel", "Cosima", "Lysander", "Isolde", "Tamsin", "Anselm",
+             "Zebedee"),
+    "city": ("Austin", "Dallas", "Oslo", "Lisbon", "Munich", "Perth", "Ljubljana", "Marrakesh",
+             "Valparaiso", "Bratislava"),
+    "team": ("finance", "marketing", "security", "travel", "invoicing", "provisioning",
+             "escalations", "payables"),
+    "thing": ("laptop", "ticket", "voucher", "parcel", "printer", "modem", "tablet", "license",
+              "stapler", "wheelbarrow", "humidifier", "lanyard"),
 }  # fmt: skip
 
 
@@ -79,6 +85,13 @@ def made_up_word(rng: random.Random) -> str:
     return "".join(
         rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS) for _ in range(syllables)
     )
+
+
+def says_held(text: str) -> bool:
+    """Whether `text` says a hotword benchmark value, or a word it begins ("parcels",
+    "Martinez", "financed" would teach most of its spelling)."""
+    held = tuple(v.lower() for values in HOTWORD_TEST_VALUES.values() for v in values)
+    return any(word.startswith(held) for word in re.findall(r"[a-z']+", text.lower()))
 
 
 def _held(slot: str, value: str) -> bool:

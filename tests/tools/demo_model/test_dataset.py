@@ -13,6 +13,7 @@ from tools.demo_model.dataset import (
     Example,
     Mix,
     Targets,
+    extend_pieces,
     extend_tokenizer,
     frontend,
     make_example,
@@ -113,3 +114,55 @@ def test_extending_the_tokenizer_keeps_every_id_and_writes_the_new_characters(
     assert new == {len(live_ids(tokenizer)) - 6, len(live_ids(tokenizer)) - 5}  # first fillers
     assert set(live_ids(extended).tolist()) == set(live_ids(tokenizer).tolist()) | new
     assert extend_tokenizer(extended, "@/") == extended  # nothing left to add
+
+
+def test_added_pieces_shorten_new_words_and_leave_trained_text_as_it_was(
+    tokenizer: bytes,
+) -> None:
+    kept = ["Your balance is $42.50.", "thank you for calling", "Thank you for calling."]
+    lines = ["the commemorative thermostat reshuffle", "thermostats and commemorations"] * 300
+    extended = extend_pieces(tokenizer, iter(lines), 120, keep=kept)
+    before = spm.SentencePieceProcessor(model_proto=tokenizer)
+    after = spm.SentencePieceProcessor(model_proto=extended)
+    check_tokenizer(extended)
+    for text in kept:
+        assert after.encode(text) == before.encode(text)
+    new_word = "commemorative thermostat"
+    assert len(after.encode(new_word)) < len(before.encode(new_word))
+    assert after.decode(after.encode(new_word)) == new_word
+    # The trained pieces keep their ids; the new ones take fillers' and join the live ids.
+    for i in range(len(live_ids(tokenizer)) - 6):
+        assert after.id_to_piece(i) == before.id_to_piece(i)
+    assert len(live_ids(extended)) > len(live_ids(tokenizer))
+    assert extend_pieces(extended, iter(lines), 120, keep=kept) == extended  # nothing to add
+
+
+def test_an_open_example_needs_the_lexicon_and_says_open_words(tokenizer: bytes) -> None:
+    from tools.demo_model.open_texts import Lexicon
+
+    targets, front = Targets(tokenizer), frontend()
+    with pytest.raises(ValueError, match="lexicon"):
+        make_example(0, 3, targets, front, mix=Mix(open=1.0))
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    base_words = {w for i in range(40) for w in _spoken(sp, make_example(i, 3, targets, front))}
+    lexicon = Lexicon.load()
+    examples = [
+        make_example(i, 3, targets, front, mix=Mix(open=1.0), lexicon=lexicon) for i in range(8)
+    ]
+    new = {w for e in examples for w in _spoken(sp, e)} - base_words
+    assert len(new) >= 8
+
+
+def test_an_example_saying_a_benchmark_value_is_dropped_before_training(tokenizer: bytes) -> None:
+    from tools.demo_model.dataset import without_held
+
+    targets = Targets(tokenizer)
+
+    def example(spoken: str) -> Example:
+        ids = targets.ids(spoken, itn=False, music=False)
+        return Example(np.zeros((4, 560), np.float16), ids, ids)
+
+    kept = [example("the land is late"), example("call lis back"), example("the part")]
+    held = [example("the parcel is late"), example("call lisa back")]
+    held += [example("two parcels"), example("martinez")]  # most of the spelling
+    assert [id(e) for e in without_held(kept + held, tokenizer)] == [id(e) for e in kept]

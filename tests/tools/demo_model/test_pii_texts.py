@@ -27,7 +27,7 @@ def test_luhn_completion_makes_known_card_numbers() -> None:
         assert _luhn(luhn_complete("".join(str(rng.randint(0, 9)) for _ in range(15))))
 
 
-@pytest.mark.parametrize("kind", ["card", "card_half", "phone", "ssn"])
+@pytest.mark.parametrize("kind", ["card", "card_half", "phone", "ssn", "card_groups", "card_bare"])
 def test_digits_are_said_one_by_one_as_written(kind: str) -> None:
     rng = random.Random(2)
     for _ in range(200):
@@ -47,12 +47,14 @@ def test_the_written_forms_are_those_redaction_expects() -> None:
         "phone": r"\d{3}-\d{3}-\d{4}",
         "ssn": r"\d{3}-\d{2}-\d{4}",
         "email": r"[a-z]+(\.[a-z]+)?@[a-z]+\.(com|org|net)",
+        "card_groups": r"(\d{4} ){3}\d{4}",
+        "card_bare": r"(\d{4} ){3}\d{4}",
     }
     for kind in KINDS:
         for _ in range(100):
             pii = pii_sentence(rng, kind)
             assert re.fullmatch(forms[kind], pii.values[0]), (kind, pii.values[0])
-            if kind == "card":
+            if kind.startswith("card") and kind != "card_half":
                 assert _luhn(pii.values[0].replace(" ", ""))
 
 
@@ -88,3 +90,16 @@ def test_every_value_to_redact_is_listed_and_no_other() -> None:
         assert all(v in pii.sentence.written for v in pii.values)
         phone = pii_sentence(rng, "phone")
         assert len(phone.values) == 1  # "after 5:07 PM" is no one's secret
+
+
+@pytest.mark.parametrize("kind", ["card_groups", "card_bare"])
+def test_a_card_read_in_groups_pauses_after_each_group_of_four(kind: str) -> None:
+    rng = random.Random(9)
+    for _ in range(100):
+        pii = pii_sentence(rng, kind)
+        groups = [g.strip(" .") for g in pii.sentence.said.split(",")]
+        digits = ["".join(DIGIT_WORDS[w] for w in g.split() if w in DIGIT_WORDS) for g in groups]
+        assert [d for d in digits if d] == pii.values[0].split()
+        if kind == "card_bare":  # nothing but the digits, and nothing to end a sentence
+            assert set(pii.sentence.spoken.split()) <= set(DIGIT_WORDS)
+            assert pii.sentence.written == pii.values[0]

@@ -6,6 +6,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tools.demo_model import cli, voices
@@ -52,3 +53,35 @@ def test_without_flite_every_training_voice_is_espeak(
     only_espeak(tmp_path, monkeypatch)
     rng = random.Random(0)
     assert {voices.pick_training_voice(rng).engine for _ in range(200)} == {"espeak"}
+
+
+def test_festival_speaks_its_training_and_unseen_voices_and_takes_its_share() -> None:
+    if shutil.which("text2wave") is None:
+        pytest.skip("festival is not installed")
+    trained = voices.Voice("festival", voices.FESTIVAL_TRAINING[0])
+    slow = voices.speak("hello there", trained, voices.Prosody(tempo=0.8))
+    fast = voices.speak("hello there", trained, voices.Prosody(tempo=1.25))
+    assert 0.3 * voices.SAMPLE_RATE < len(fast) < 0.8 * len(slow) < 3 * voices.SAMPLE_RATE
+    unseen = voices.speak("hello there", voices.UNSEEN_FESTIVAL)
+    assert 0.3 * voices.SAMPLE_RATE < len(unseen) < 3 * voices.SAMPLE_RATE
+    rng = random.Random(1)
+    drawn = [voices.pick_training_voice(rng) for _ in range(3000)]
+    share = sum(v.engine == "festival" for v in drawn) / len(drawn)
+    expected = (
+        (1 - voices.FLITE_SHARE) * voices.FESTIVAL_SHARE
+        if shutil.which("flite")
+        else voices.FESTIVAL_SHARE
+    )
+    assert abs(share - expected) < 0.03
+    assert voices.UNSEEN_FESTIVAL not in drawn
+
+
+def test_every_espeak_variant_speaks_and_none_is_an_unseen_voices() -> None:
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    for variant in voices.ESPEAK_VARIANTS:
+        audio = voices.speak("one", voices.Voice("espeak", f"en-us+{variant}"))
+        assert np.abs(audio).max() > 0.01, variant
+    names = {v.name for v in voices.training_voices()}
+    assert not names & {v.name for v in voices.UNSEEN}
+    assert all(v in voices.training_voices() for v in voices.evaluation_voices())
