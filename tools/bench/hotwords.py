@@ -450,7 +450,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--precision", default="int8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--language", default="auto")
-    parser.add_argument("--phrases", type=int, default=None, help="unseen values used (all: 29)")
+    total = sum(len(values) for values in UNSEEN.values())
+    parser.add_argument(
+        "--phrases", type=int, default=None, help=f"unseen values used (all: {total})"
+    )
     parser.add_argument("--control", type=int, default=40, help="held-out control sentences")
     parser.add_argument("--boosts", default="2,4")
     parser.add_argument("--beams", default="4,8")

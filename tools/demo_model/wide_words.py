@@ -24,7 +24,7 @@ from tools.demo_model import texts
 HOTWORD_TEST_VALUES: dict[str, tuple[str, ...]] = {
     "name": ("Martin", "Sandra", "Carla", "Derek", "Lisa", "Nina", "Oscar", "Felix", "Rita",
              "Simon", "Tina", "Mirabel", "Cosima", "Lysander", "Isolde", "Tamsin", "Anselm",
-             "Zebedee"),
+             "Florimel"),
     "city": ("Austin", "Dallas", "Oslo", "Lisbon", "Munich", "Perth", "Ljubljana", "Marrakesh",
              "Valparaiso", "Bratislava"),
     "team": ("finance", "marketing", "security", "travel", "invoicing", "provisioning",
