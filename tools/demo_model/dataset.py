@@ -63,19 +63,9 @@ def extend_tokenizer(tokenizer: bytes, characters: str) -> bytes:
     """The padded tokenizer with a piece for each of `characters` it cannot write, each
     taking the first filler's id: the trained pieces keep their ids (a model trained on
     them, and shards encoded with them, stay valid) and the new ones join the live ids."""
-    # The generated protobuf module has no type information.
-    pb: Any = importlib.import_module("sentencepiece.sentencepiece_model_pb2")
-    proto = pb.ModelProto()
-    proto.ParseFromString(tokenizer)
-    known = {p.piece for p in proto.pieces}
-    first_filler = next(i for i, p in enumerate(proto.pieces) if p.score <= FILLER_SCORE)
-    lowest = min(p.score for p in proto.pieces[:first_filler])
-    for offset, char in enumerate(c for c in dict.fromkeys(characters) if c not in known):
-        piece = proto.pieces[first_filler + offset]
-        # A single character is never a merge's product, so its score orders nothing.
-        piece.piece, piece.score = char, lowest - 1.0 - offset
-        piece.type = pb.ModelProto.SentencePiece.NORMAL
-    return bytes(proto.SerializeToString())
+    known = _pieces(tokenizer)
+    # A single character is never a merge's product, so its score orders nothing.
+    return _with_pieces(tokenizer, [c for c in dict.fromkeys(characters) if c not in known])
 
 
 def extend_pieces(
