@@ -54,6 +54,8 @@ class Lexicon:
     city_parts: tuple[tuple[str, ...], tuple[str, ...]]  # prefixes, suffixes
     places: tuple[str, ...]  # states and countries
     email_domains: tuple[str, ...]
+    #: Names and places, which ITN writes capitalised wherever they are said.
+    proper_names: frozenset[str]
 
     @classmethod
     def load(cls, count: int = WORD_COUNT) -> Lexicon:
@@ -68,20 +70,19 @@ class Lexicon:
         places = [
             p for p in (*Address.states, *Address.countries) if re.fullmatch(r"[A-Za-z ]+", p)
         ]
+        first_names = _kept([*Person.first_names, *UsPerson.first_names])
+        surnames = _kept([*UsPerson.last_names, *Person.last_names])
+        kept_places = _kept(places)
         return cls(
             words=_kept(words),
-            first_names=_kept([*Person.first_names, *UsPerson.first_names]),
-            surnames=_kept([*UsPerson.last_names, *Person.last_names]),
+            first_names=first_names,
+            surnames=surnames,
             street_suffixes=_kept(list(Address.street_suffixes)),
             city_parts=(_kept(list(Address.city_prefixes)), _kept(list(Address.city_suffixes))),
-            places=_kept(places),
+            places=kept_places,
             email_domains=tuple(Internet.free_email_domains),
+            proper_names=frozenset((*first_names, *surnames, *kept_places)),
         )
-
-    @property
-    def proper_names(self) -> frozenset[str]:
-        """Names and places, which ITN writes capitalised wherever they are said."""
-        return frozenset((*self.first_names, *self.surnames, *self.places))
 
 
 def _plain_word(word: str) -> bool:
