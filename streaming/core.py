@@ -33,6 +33,11 @@ class StreamSession(Protocol):
 
     def end_of_stream(self, now: float) -> None: ...
 
+    def hand_over(self, now: float) -> None: ...
+
+    @property
+    def dropped_utt(self) -> int | None: ...
+
     def abort(self, error: ProtocolError, now: float) -> None: ...
 
     def reject(self, error: ProtocolError) -> None: ...
@@ -73,6 +78,12 @@ class StreamSession(Protocol):
     @property
     def in_pause(self) -> bool: ...
 
+    @property
+    def judged_ms(self) -> int: ...
+
+    @property
+    def settled_ms(self) -> int | None: ...
+
     def resume(self, now: float) -> None: ...
 
 
@@ -108,6 +119,19 @@ class SessionCore:
 
     def end_of_stream(self, now: float) -> None:
         self._chosen().end_of_stream(now)
+
+    def hand_over(self, now: float) -> None:
+        """A single stream's hand-over (a channel group's streams are not handed over:
+        it ends as at `end_of_stream`)."""
+        core = self._chosen()
+        if isinstance(core, Session):
+            core.hand_over(now)
+        else:
+            core.end_of_stream(now)
+
+    @property
+    def dropped_utt(self) -> int | None:
+        return self._core.dropped_utt if isinstance(self._core, Session) else None
 
     def abort(self, error: ProtocolError, now: float) -> None:
         self._chosen().abort(error, now)
@@ -172,6 +196,15 @@ class SessionCore:
     def in_pause(self) -> bool:
         """Between utterances (a single stream's: a channel group never is)."""
         return isinstance(self._core, Session) and self._core.in_pause
+
+    @property
+    def judged_ms(self) -> int:
+        return self._core.judged_ms if isinstance(self._core, Session) else 0
+
+    @property
+    def settled_ms(self) -> int | None:
+        """Where a single stream's unsettled audio begins (`Session.settled_ms`)."""
+        return self._core.settled_ms if isinstance(self._core, Session) else None
 
     def resume(self, now: float) -> None:
         if isinstance(self._core, Session):

@@ -168,6 +168,14 @@ def samples_to_ms(samples: int) -> int:
     return samples * 1000 // SAMPLE_RATE
 
 
+# A fresh VAD started this far before speech finds the start the stream's own VAD found
+# (measured on the FSMN VAD: 0.6 s before always did, 0.45 s not)...
+SETTLE_LEAD_MS = 800
+# ...and it opens an utterance up to 0.45 s after the start it reports (pre-roll and
+# detection), so in a pause, speech may have begun that long before what was judged.
+SETTLE_MS = SETTLE_LEAD_MS + 450
+
+
 def empty_transcript(itn: bool) -> Transcript:
     return Transcript("", "unknown", "unknown", "unknown", itn, "")
 
@@ -217,6 +225,7 @@ class Session:
         self._request_ids = 0  # the last id given; results are matched by id
         self._stopped = False
         self._end_sent = False
+        self._dropped_utt: int | None = None  # left unfinished by `hand_over`
         self._stream_id = session_id  # a client may name it in its first Configure
         self._webhook_url: str | None = None
         self._vad_job: VadJob | None = None  # handed out, its verdicts not yet back
@@ -324,6 +333,36 @@ class Session:
             self._on_segment(event, now, StopCause.END_OF_STREAM)
         self._deliver_finals(now)
 
+    def hand_over(self, now: float) -> None:
+        """No more audio here, as the stream goes on at another worker: as `end_of_stream`,
+        but an utterance still open is dropped unfinished (`dropped_utt`), to be heard
+        whole there; one with committed text ends here (its pieces were promised)."""
+        if self._waiting_for_vad:
+            self._deferred.append(self._hand_over_now)
+        else:
+            self._hand_over_now(now)
+
+    def _hand_over_now(self, now: float) -> None:
+        if self._stopped:
+            return
+        self._flush_audio(now, final=False)
+        utt_id = self._segmenter.open_utt_id
+        utt = None if utt_id is None else self._utts.get(utt_id)
+        promised = utt is not None and utt.pieces is not None and utt.pieces.committed_text
+        if utt_id is None or utt is None or promised:
+            self._end_of_stream_now(now)
+            return
+        self._stopped = True
+        self._segmenter.clear(self._fed)  # whatever it would reopen is not heard here
+        del self._utts[utt_id]  # answers still on their way are ignored
+        self._dropped_utt = utt_id
+        self._deliver_finals(now)
+
+    @property
+    def dropped_utt(self) -> int | None:
+        """The utterance `hand_over` left unfinished, for the next worker to number."""
+        return self._dropped_utt
+
     def abort(self, error: ProtocolError, now: float) -> None:
         """Report a client error, stop taking input, and still deliver the finals owed."""
         if self._end_sent:
@@ -374,6 +413,21 @@ class Session:
         """No utterance is open and the VAD has judged the audio taken (none waits for
         it): a cut here splits no speech the VAD has heard."""
         return self._segmenter.open_utt_id is None and self._vad_job is None and not self._deferred
+
+    @property
+    def judged_ms(self) -> int:
+        """How much of the stream the VAD has judged."""
+        return samples_to_ms(self._fed)
+
+    @property
+    def settled_ms(self) -> int:
+        """Audio before this is settled: a VAD started here hears what this one heard
+        (`SETTLE_LEAD_MS` before the open utterance's start; in a pause, `SETTLE_MS`
+        before what has been judged)."""
+        start = self._segmenter.open_start
+        if start is not None:
+            return max(0, samples_to_ms(start) - SETTLE_LEAD_MS)
+        return max(0, samples_to_ms(self._fed) - SETTLE_MS)
 
     @property
     def has_deferred(self) -> bool:

@@ -21,7 +21,7 @@ from engine.types import InferenceResult
 from server.live.outbox import Outbox, OutboxOverflowError
 from server.live.socket_port import ClientGone, Port
 from server.live.vad_pump import VadPump
-from server.resume.handover import Handover
+from server.resume.handover import Handover, Shift
 from server.resume.parked import ParkedStreams
 from server.resume.stream import Resumption
 from server.streams.hub import Publisher
@@ -61,6 +61,9 @@ INTERNAL_ERROR = "internal_error"
 OWED_FINALS_S = 30.0
 #: How long a stream being handed over waits for the host to take it before it closes.
 HAND_OVER_S = 10.0
+#: A stream is handed over in a pause once this much of it has passed since the last
+#: final's end: a shorter one may be a breath inside speech that is about to go on.
+HAND_OVER_QUIET_MS = 500
 #: RFC 6455's "Service Restart": the client should reconnect (and resume).
 CLOSE_SERVICE_RESTART = 1012
 #: What followers of a stream handed over are told before its `end` on this worker.
@@ -88,7 +91,7 @@ class Adoption:
     session_id: str
     commands: Sequence[Command]
     first: list[SessionEvent]
-    shift: Callable[[SessionEvent], SessionEvent]
+    shift: Shift
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,14 +385,14 @@ class Connection:
 
     async def hand_over(self, key: str, pause_s: float) -> Handover | None:
         """A retiring worker's drain of a stream that moves: at the next pause between
-        utterances (within `pause_s`; else the utterance in flight ends where the audio
-        stops), every final goes out (or waits for a parked client), then the stream as
-        it is left; None when it could not be (it ended meanwhile). The caller hands it
-        on, then calls `moved`."""
+        utterances (within `pause_s`; else the utterance in flight is dropped unfinished,
+        for the next worker to hear whole), every final goes out (or waits for a parked
+        client), then the stream as it is left; None when it could not be (it ended
+        meanwhile). The caller hands it on, then calls `moved`."""
         resuming = self._resuming
         if resuming is None or not self.can_hand_over():
             return None
-        await self._until_pause(pause_s)
+        await self._until_pause(resuming.stream, pause_s)
         if not self.can_hand_over():
             return None
         self._handing_over = True
@@ -397,7 +400,10 @@ class Connection:
             self._publisher.moving = True
         self._draining.set()  # a parked stream waits for its client no more
         self._stepped.set()
-        self._step(lambda: self.session.end_of_stream(self._loop.time()))
+        # With a final still in the engine (a stuck engine) the utterance in flight ends
+        # here instead: a hand-over that then fails to settle drains, losing a dropped one.
+        end = self.session.end_of_stream if self.session.owed_finals else self.session.hand_over
+        self._step(lambda: end(self._loop.time()))
         ended = asyncio.ensure_future(self._ended.wait())
         handed = asyncio.ensure_future(self._all_handed.wait())
         try:
@@ -417,20 +423,50 @@ class Connection:
             handed.cancel()
         while (event := self._outbox.take_nowait()) is not None:  # a parked client's
             resuming.stream.handed(event)
-        return resuming.stream.handover(self.session.session_id, key, self._sample_rate)
+        dropped = self.session.dropped_utt
+        if dropped is not None and self._adoption is not None:  # numbered as the stream's
+            dropped = self._adoption.shift.stream_utt_id(dropped)
+        handover = resuming.stream.handover(
+            self.session.session_id, key, self._sample_rate, dropped
+        )
+        log.info(
+            "session %s: handed over at %d ms%s",
+            handover.session_id,
+            handover.clock_ms,
+            "" if dropped is None else f", utterance {dropped} to be heard again whole",
+        )
+        return handover
 
     async def done(self) -> None:
         """Wait until the connection has finished."""
         await self._done.wait()
 
-    async def _until_pause(self, wait_s: float) -> None:
+    async def _until_pause(self, stream: Resumption, wait_s: float) -> None:
         """Let a stream that is taking audio reach a pause between utterances (at most
-        `wait_s`): handed over there, no utterance is split between two workers."""
+        `wait_s`) that has lasted `HAND_OVER_QUIET_MS` since where the stream would go on
+        (the last final's end): the next worker's VAD, starting there, hears the pause
+        whole and finds the next utterance where this one would have. Failing that, wait
+        (at most `HAND_OVER_S`) for the finals in the engine, so that the utterance in
+        flight can be dropped (`Session.hand_over`) with every earlier one decided."""
+
+        def quiet() -> bool:
+            since = stream.handover_ms(self._sample_rate)
+            return self.session.in_pause and self.session.judged_ms - since >= HAND_OVER_QUIET_MS
+
+        def settled() -> bool:
+            return quiet() or self._parked.is_set() or self._finishing
+
+        if not await self._until(settled, wait_s):
+            await self._until(lambda: settled() or not self.session.owed_finals, HAND_OVER_S)
+
+    async def _until(self, ready: Callable[[], bool], wait_s: float) -> bool:
+        """Wait (at most `wait_s`) for the session's steps to make `ready()` true."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
-                while not (self.session.in_pause or self._parked.is_set() or self._finishing):
+                while not ready():
                     self._stepped.clear()
                     await self._stepped.wait()
+        return ready()
 
     def moved(self) -> None:
         """The stream is handed over: the client is told to resume."""
@@ -523,7 +559,7 @@ class Connection:
     def _receive(self, message: str | bytes) -> None:
         self._feed(self.codec.decode(message))
         if self._resuming is not None and self._configured:
-            acked = self._resuming.stream.ack(self._sample_rate)
+            acked = self._resuming.stream.ack(self._sample_rate, self.session.settled_ms)
             if acked is not None:
                 self._queue(acked)
 

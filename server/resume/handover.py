@@ -84,8 +84,12 @@ class Shift:
             speaker_turns=turns,
         )
 
-    def _id(self, utt_id: int) -> int:
+    def stream_utt_id(self, utt_id: int) -> int:
+        """The stream's number for the session's utterance `utt_id`."""
         return utt_id + self.utt_ids
+
+    def _id(self, utt_id: int) -> int:
+        return self.stream_utt_id(utt_id)
 
     def _t(self, ms: int) -> int:
         return ms + self.ms

@@ -22,12 +22,9 @@ from streaming.protocols.v1.codec import ResumeRequest, V1Codec
 REPLAY_FINALS = 256
 #: Audio acknowledged about this often (seconds of the stream's audio).
 ACK_EVERY_S = 1.0
-#: A stream handed to another worker goes on from this far before the audio taken: the
-#: VAD there hears again what this one may have heard as the start of speech (less than
-#: the pause that ends an utterance, so nothing this worker decided is heard twice).
-HAND_OVER_BACK_S = 0.3
-#: Acknowledgements stay this far behind the audio taken, so the client still holds
-#: what a hand-over goes back to.
+#: Acknowledgements stay at least this far behind the audio taken (and never pass what
+#: the session has settled, `Session.settled_ms`), so the client still holds what a
+#: hand-over goes back to.
 ACK_BEHIND_S = 0.5
 
 
@@ -55,14 +52,19 @@ class Resumption:
         self._acked = handover.samples
         self._decided_ms = handover.clock_ms
 
-    def handover(self, session_id: str, key: str, sample_rate: int) -> Handover:
-        """The stream as this worker leaves it (every final owed handed out first)."""
-        # Back 0.3 s, but never into what a final has decided: heard again, its tail could
-        # make words twice with a short end silence.
-        back = int(HAND_OVER_BACK_S * sample_rate)
+    def handover_ms(self, sample_rate: int) -> int:
+        """Where a hand-over now would go on from: the last final's end, or the last ack
+        when that is later (the client holds nothing before it)."""
+        return max(self._decided_ms, self._acked * 1000 // sample_rate)
+
+    def handover(
+        self, session_id: str, key: str, sample_rate: int, reopen: int | None = None
+    ) -> Handover:
+        """The stream as this worker leaves it (every final owed handed out first), to go
+        on from `handover_ms`: the next worker's VAD hears the whole pause (or the whole
+        utterance this one dropped unfinished, `reopen`, numbered as it was) again."""
         decided = self._decided_ms * sample_rate // 1000
-        taken = self.codec.samples_taken
-        samples = max(self._acked, min(taken, max(taken - back, decided)))
+        samples = min(self.codec.samples_taken, max(self._acked, decided))
         return Handover(
             session_id,
             key,
@@ -70,7 +72,7 @@ class Resumption:
             self.codec.start_text,
             samples,
             samples * 1000 // sample_rate,
-            self._next_utt_id,
+            self._next_utt_id if reopen is None else reopen,
             tuple(self._sent),
         )
 
@@ -88,9 +90,12 @@ class Resumption:
         if isinstance(utt_id, int):
             self._next_utt_id = max(self._next_utt_id, utt_id + 1)
 
-    def ack(self, sample_rate: int) -> Acked | None:
-        """An acknowledgement, when a second or more of audio came since the last."""
+    def ack(self, sample_rate: int, settled_ms: int | None = None) -> Acked | None:
+        """An acknowledgement, when a second or more of audio came since the last; never
+        past `settled_ms` (the session's `settled_ms`: audio another worker may need)."""
         behind = max(0, self.codec.samples_taken - int(ACK_BEHIND_S * sample_rate))
+        if settled_ms is not None:
+            behind = min(behind, settled_ms * sample_rate // 1000)
         if behind - self._acked < ACK_EVERY_S * sample_rate:
             return None
         self._acked = behind

@@ -42,32 +42,52 @@ def test_audio_is_acknowledged_about_once_a_second_half_a_second_behind() -> Non
     assert s.ack(16000) == Acked(32000)
 
 
-def test_a_stream_is_handed_over_a_little_before_the_audio_taken_never_before_the_ack() -> None:
+def test_a_stream_is_handed_over_at_the_last_finals_end_never_before_the_ack() -> None:
     s = stream()
     s.codec.decode(b"\0" * 2 * 40000)
     acked = s.ack(16000)
-    for event in (final(0), Partial(1, 0, 10, "x", 0), final(3)):
+    for event in (final(0), Partial(1, 0, 10, "x", 0), Final(3, 0, 1800, final(3).transcript)):
         s.handed(event)
     handover = s.handover("s1", "call", 16000)
-    assert acked == Acked(32000)
-    # 0.3 s back from 40000 samples: the VAD there hears again what may be speech starting.
-    assert handover.samples == 40000 - 4800 and handover.clock_ms == 2200
-    assert handover.next_utt_id == 4 and handover.finals == (final(0), final(3))
+    assert acked == Acked(32000)  # 2 s: past the last final's end, so the ack rules
+    assert handover.samples == 32000 and handover.clock_ms == 2000
+    assert handover.next_utt_id == 4 and handover.finals[0] == final(0)
     assert handover.stream_id == "call" and handover.key == "call"
-    # Taken up elsewhere and handed on again before any new audio: from the same place,
-    # not 0.3 s further back (the client may already have forgotten that).
+    # Taken up elsewhere and handed on again before any new audio: from the same place.
     again = stream()
     again.codec.adopt(None, handover.samples)
     again.adopted(handover)
     assert again.handover("s1", "call", 16000).samples == handover.samples
 
 
-def test_a_hand_over_never_goes_back_into_audio_a_final_decided() -> None:
+def test_a_hand_over_goes_back_to_the_last_finals_end() -> None:
+    # The next worker's VAD hears the whole pause again: started late in it, a VAD can
+    # find the next utterance's start elsewhere than this worker's would have.
     s = stream()
     s.codec.decode(b"\0" * 2 * 40000)  # 2.5 s
-    s.ack(16000)
-    s.handed(Final(0, 0, 2400, final(0).transcript))  # it ends 0.1 s before the cut
-    assert s.handover("s1", "call", 16000).samples == 2400 * 16
+    s.ack(16000, settled_ms=1200)  # the session settled what lies 1.2 s before its VAD
+    s.handed(Final(0, 0, 1500, final(0).transcript))
+    assert s.handover_ms(16000) == 1500
+    assert s.handover("s1", "call", 16000).samples == 1500 * 16
+
+
+def test_an_utterance_dropped_unfinished_keeps_its_number() -> None:
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 40000)
+    s.handed(final(0))
+    s.handed(Partial(1, 1000, 2000, "x", 0))  # the client saw it begin
+    assert s.handover("s1", "call", 16000).next_utt_id == 2
+    assert s.handover("s1", "call", 16000, reopen=1).next_utt_id == 1
+
+
+def test_acknowledgements_never_pass_what_the_session_settled() -> None:
+    # An utterance open since 0.8 s: a hand-over mid-way goes back to its start, which
+    # the client must still hold.
+    s = stream()
+    s.codec.decode(b"\0" * 2 * 48000)  # 3 s
+    assert s.ack(16000, settled_ms=800) is None  # less than a second since the last
+    s.codec.decode(b"\0" * 2 * 16000)
+    assert s.ack(16000, settled_ms=1200) == Acked(1200 * 16)
 
 
 def test_a_resume_gets_the_finals_after_its_last_and_a_fresh_token() -> None:

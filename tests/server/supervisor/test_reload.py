@@ -42,6 +42,15 @@ def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
+def hasty(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    """Workers that hand their streams over at once, mostly mid-utterance."""
+    proc = ServerProcess(tiny_model_dir, "--workers", "2", "--hand-off-s", "0")
+    proc.wait_for(WORKER_READY, count=2)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
 def speech(speech_clips: list[Clip]) -> bytes:
     """About 30 s of English sentences, each followed by a second of quiet."""
     return to_s16le(sentences_apart(speech_clips, 30.0))
@@ -127,3 +136,30 @@ def test_a_reload_hands_every_stream_on_with_every_final_once(
         first_cut = legs[1].base / AUDIOHOOK_RATE
         before = [s for s in uncut_spans if s[2] < first_cut - 1.0]
         assert before and all(s in got for s in before)
+
+
+def test_a_stream_handed_over_mid_utterance_has_that_utterance_heard_whole_again(
+    hasty: ServerProcess, speech: bytes
+) -> None:
+    # With no wait for a pause the retiring worker drops the utterance in flight: the next
+    # worker hears it again from the last final's end, so its final is the uncut one's
+    # (a random model's text changes with any change in the audio it is given).
+    async def scenario() -> tuple[Any, list[Any]]:
+        uncut = await run_session(hasty.url, speech, start=START, speed=10.0, pace=None)
+        streams = [
+            resumable_session(hasty.url, speech, start=START | {"stream_id": f"h{i}"}, speed=2.0)
+            for i in range(4)
+        ]
+        running = asyncio.gather(*streams)
+        await asyncio.sleep(2.0)  # the streams are in their second utterance
+        hasty.proc.send_signal(signal.SIGHUP)
+        return uncut, list(await running)
+
+    uncut, streams = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    hasty.wait_for("reload done", timeout=30)
+    expected = finals(uncut.events)
+    for stream in streams:
+        assert isinstance(stream, Resumable) and stream.ended
+        assert finals(stream.events) == expected
+        assert stream.of("resumed")
+    assert hasty.wait_for("to be heard again whole")
