@@ -319,10 +319,14 @@ class Session:
 
     def end_of_stream(self, now: float) -> None:
         """No more audio: decide on the tail and close the open utterance as a final."""
+        self._after_vad(self._end_of_stream_now, now)
+
+    def _after_vad(self, act: Callable[[float], None], now: float) -> None:
+        """`act` now, or once the VAD job out (and the commands waiting on it) is done."""
         if self._waiting_for_vad:
-            self._deferred.append(self._end_of_stream_now)
+            self._deferred.append(act)
         else:
-            self._end_of_stream_now(now)
+            act(now)
 
     def _end_of_stream_now(self, now: float) -> None:
         if self._stopped:
@@ -337,10 +341,7 @@ class Session:
         """No more audio here, as the stream goes on at another worker: as `end_of_stream`,
         but an utterance still open is dropped unfinished (`dropped_utt`), to be heard
         whole there; one with committed text ends here (its pieces were promised)."""
-        if self._waiting_for_vad:
-            self._deferred.append(self._hand_over_now)
-        else:
-            self._hand_over_now(now)
+        self._after_vad(self._hand_over_now, now)
 
     def _hand_over_now(self, now: float) -> None:
         if self._stopped:

@@ -22,6 +22,10 @@ from tools.demo_model import dataset, evaluate, open_texts, pii_texts, voices
 from tools.demo_model.loss import live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
+#: Where `data --replay` puts its template and PII shards, drawn with a seed of their own.
+REPLAY = "shards-replay"
+REPLAY_SEED = 1000
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/train_demo_model.py", description=__doc__)
@@ -68,6 +72,14 @@ def parser() -> argparse.ArgumentParser:
         help="data, when the work dir has no tokenizer yet: add the pieces of a BPE model "
         "of this many pieces learned on open-vocabulary text, so new words take fewer "
         "tokens than letters (a token needs a 60 ms frame)",
+    )
+    p.add_argument(
+        "--replay",
+        type=int,
+        default=0,
+        help="data: also build this many utterances of template and PII sentences alone in "
+        "shards-replay/, which train mixes in, so that new vocabulary does not push out "
+        "what the model knew (a warm start's held-out WER)",
     )
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
@@ -152,11 +164,8 @@ def train(args: argparse.Namespace) -> Trainer:
     trainer = Trainer(args.work, config, live=live_ids(tok))
     if args.warm_from is not None and trainer.warm_start(args.warm_from):
         carry_log(args.warm_from, args.work)
-    data = "shards-clean" if args.clean else "shards"
-    built = list(dataset.all_examples(args.work / data))
-    examples = dataset.without_held(built, tok)
+    examples, data, dropped = training_examples(args.work, args.clean, tok)
     sets = eval_sets(args.work)
-    dropped = len(built) - len(examples)
     print(
         json.dumps({"examples": len(examples), "dropped_held": dropped, "resume_at": trainer.step}),
         flush=True,
@@ -165,6 +174,20 @@ def train(args: argparse.Namespace) -> Trainer:
         examples, lambda step: evaluate.evaluate(trainer.model, tok, sets), data, args.until
     )
     return trainer
+
+
+def training_examples(
+    work: Path, clean: bool, tok: bytes
+) -> tuple[list[dataset.Example], str, int]:
+    """What `train` trains on: the shards (the easy set's with `clean`) and any replay
+    shards, less examples saying a held value; their name, and how many were dropped."""
+    folders = [work / ("shards-clean" if clean else "shards")]
+    if not clean and dataset.shard_paths(work / REPLAY):
+        folders.append(work / REPLAY)
+    built = [e for folder in folders for e in dataset.all_examples(folder)]
+    examples = dataset.without_held(built, tok)
+    # A new name starts a new epoch when replay shards join a run.
+    return examples, "+".join(f.name for f in folders), len(built) - len(examples)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         dataset.build(
             folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, mix=mix
         )
+        if args.replay:
+            replay = dataset.Mix(pii=dataset.PII_SHARE if args.pii else 0.0)
+            seed = args.seed + REPLAY_SEED
+            dataset.build(args.work / REPLAY, args.replay, seed, tok, args.workers, mix=replay)
         eval_sets(args.work)
     trainer = None
     if args.step in ("train", "all"):

@@ -100,3 +100,22 @@ def test_a_run_killed_between_checkpoints_logs_each_step_once(tmp_path: Path) ->
     resumed.run(examples(32), lambda step: {})
     log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == list(range(1, 9))
+
+
+def test_replay_shards_join_the_training_data_under_a_name_of_their_own(tmp_path: Path) -> None:
+    from tools.demo_model import cli
+    from tools.demo_model.dataset import write_shard
+
+    tok = (Path("models/demo") / "chn_jpn_yue_eng_ko_spectok.bpe.model").read_bytes()
+    for folder in ("shards", "shards-replay", "shards-clean"):
+        (tmp_path / folder).mkdir()
+    write_shard(tmp_path / "shards" / "shard-0000.npz", examples(3, seed=1))
+    found, name, dropped = cli.training_examples(tmp_path, False, tok)
+    assert (len(found), name, dropped) == (3, "shards", 0)
+    write_shard(tmp_path / "shards-replay" / "shard-0000.npz", examples(2, seed=2))
+    found, name, _ = cli.training_examples(tmp_path, False, tok)
+    assert (len(found), name) == (5, "shards+shards-replay")  # a new epoch begins
+    assert any(np.array_equal(e.feats, examples(2, seed=2)[1].feats) for e in found)
+    # The easy set of a curriculum's first part is trained on alone.
+    write_shard(tmp_path / "shards-clean" / "shard-0000.npz", examples(1))
+    assert cli.training_examples(tmp_path, True, tok)[1] == "shards-clean"
