@@ -13,8 +13,21 @@ def test_the_next_final_after_each_catch_up_is_timed_from_it() -> None:
     for kind, at in (("final", 1.0), ("resumed", 2.0), ("partial", 2.6), ("final", 3.5)):
         seen.events.append({"type": kind})
         seen.times.append(at)
-    seen.caught_up = [2.5, 4.0]  # the second has no final after it
+    seen.caught_up, seen.caught_up_ms = [2.5, 4.0], [0.0, 0.0]  # the second: no final after
     assert after_catch_up(seen) == [1.0]
+
+
+def test_a_resume_whose_next_final_comes_after_another_drop_is_not_timed() -> None:
+    # The second drop's delay would be counted as the first resume's: its own resume is
+    # timed instead.
+    seen = Resumable()
+    for kind, end_ms, at in (("resumed", 0, 1.0), ("resumed", 0, 2.5), ("final", 6000, 3.0)):
+        seen.events.append({"type": kind, "end_ms": end_ms})
+        seen.times.append(at)
+    seen.gaps = [(0.9, 1.0), (2.4, 2.5)]
+    seen.caught_up, seen.caught_up_ms = [1.5, 2.8], [4000.0, 5800.0]
+    assert after_catch_up(seen) == pytest.approx([0.2])
+    assert beyond_audio(seen, 4.0) == pytest.approx([0.15])
 
 
 def test_the_delay_beyond_the_audio_leaves_out_the_rest_of_the_utterance() -> None:

@@ -59,15 +59,25 @@ def finals(events: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
     return [(e["utt_id"], e["text"]) for e in events if e["type"] == "final"]
 
 
+def _next_finals(seen: Resumable) -> list[tuple[float, float, dict[str, Any]]]:
+    """For each resume that caught up: when, where (stream ms), and the next final after
+    it with the time it came. A resume whose next final comes only after the next drop
+    is left out: that drop's resume is timed instead."""
+    finals_at = [
+        (e, t) for e, t in zip(seen.events, seen.times, strict=True) if e["type"] == "final"
+    ]
+    drops = [a for a, _ in seen.gaps]
+    out = []
+    for caught, caught_ms in zip(seen.caught_up, seen.caught_up_ms, strict=True):
+        later = [(e, t) for e, t in finals_at if t >= caught]
+        if later and not any(caught < a < later[0][1] for a in drops):
+            out.append((caught, caught_ms, {**later[0][0], "at": later[0][1]}))
+    return out
+
+
 def after_catch_up(seen: Resumable) -> list[float]:
     """For each resume: from its resent audio's catch-up to the next final after it."""
-    out = []
-    for caught in seen.caught_up:
-        later = [t for e, t in zip(seen.events, seen.times, strict=True) if e["type"] == "final"]
-        later = [t - caught for t in later if t >= caught]
-        if later:
-            out.append(later[0])
-    return out
+    return [event["at"] - caught for caught, _, event in _next_finals(seen)]
 
 
 def beyond_audio(seen: Resumable, speed: float) -> list[float]:
@@ -75,15 +85,9 @@ def beyond_audio(seen: Resumable, speed: float) -> list[float]:
     catch-up to reach that final's end (the rest of its utterance, sent at `speed`): the
     delay the resume added, which the bar is on."""
     out = []
-    finals_at = [
-        (e, t) for e, t in zip(seen.events, seen.times, strict=True) if e["type"] == "final"
-    ]
-    for caught, caught_ms in zip(seen.caught_up, seen.caught_up_ms, strict=True):
-        later = [(e, t) for e, t in finals_at if t >= caught]
-        if later:
-            event, at = later[0]
-            to_come = max(0.0, event["end_ms"] - caught_ms) / 1000 / speed
-            out.append(max(0.0, at - caught - to_come))
+    for caught, caught_ms, event in _next_finals(seen):
+        to_come = max(0.0, event["end_ms"] - caught_ms) / 1000 / speed
+        out.append(max(0.0, event["at"] - caught - to_come))
     return out
 
 
