@@ -54,19 +54,19 @@ class Shift:
         match event:
             case SpeechStarted():
                 return replace(
-                    event, utt_id=self._id(event.utt_id), start_ms=self._t(event.start_ms)
+                    event, utt_id=self.stream_utt_id(event.utt_id), start_ms=self._t(event.start_ms)
                 )
             case SpeechStopped() | Partial() | Committed() | Failed():
                 return replace(
                     event,
-                    utt_id=self._id(event.utt_id),
+                    utt_id=self.stream_utt_id(event.utt_id),
                     start_ms=self._t(event.start_ms),
                     end_ms=self._t(event.end_ms),
                 )
             case Final():
                 return self._final(event)
             case Cleared() if event.utt_id is not None:
-                return replace(event, utt_id=self._id(event.utt_id))
+                return replace(event, utt_id=self.stream_utt_id(event.utt_id))
         return event
 
     def _final(self, event: Final) -> Final:
@@ -77,7 +77,7 @@ class Shift:
         )
         return replace(
             event,
-            utt_id=self._id(event.utt_id),
+            utt_id=self.stream_utt_id(event.utt_id),
             start_ms=self._t(event.start_ms),
             end_ms=self._t(event.end_ms),
             decided_ms=decided,
@@ -87,9 +87,6 @@ class Shift:
     def stream_utt_id(self, utt_id: int) -> int:
         """The stream's number for the session's utterance `utt_id`."""
         return utt_id + self.utt_ids
-
-    def _id(self, utt_id: int) -> int:
-        return self.stream_utt_id(utt_id)
 
     def _t(self, ms: int) -> int:
         return ms + self.ms
