@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,39 @@ from engine.model.random_weights import (
 from tools.demo_model.loss import DEAD_BIAS, live_ids, mask_dead_rows
 from tools.demo_model.training import ENCODER_CONF
 
-WARNING = (
-    "DEMO model: trained on synthetic English speech (espeak-ng, flite and festival voices) "
-    "with call-centre and caption sentences and an open English vocabulary; it does not "
-    "know human speech"
-)
+#: Where a run keeps the benchmarks of its packaged model (`--json` of
+#: scripts/bench_redaction.py and bench_hotwords.py, run with `--model` on the package), so
+#: packaging again puts their numbers on the card.
+BENCHMARKS = "benchmarks"
+REDACTION_JSON, HOTWORDS_JSON = "redaction.json", "hotwords.json"
+
+#: Data flags of `data` (or `all`) commands that change what the model can say.
+VOCABULARY_FLAGS = ("--pii", "--wide", "--open")
+
+
+def data_flags(commands: str) -> frozenset[str]:
+    """The `VOCABULARY_FLAGS` that any data-building command in a run's log passed."""
+    found = set[str]()
+    for line in commands.splitlines():
+        if line.startswith("#") or "train_demo_model.py" not in line:
+            continue
+        words = shlex.split(line.split("train_demo_model.py", 1)[1])
+        if words and words[0] in ("data", "all"):
+            found.update(w for w in words if w in VOCABULARY_FLAGS)
+    return frozenset(found)
+
+
+def warning(flags: frozenset[str]) -> str:
+    """The card's first line: what the model heard, so nobody takes it for a recognizer."""
+    vocabulary = (
+        "call-centre and caption sentences and an open English vocabulary"
+        if "--open" in flags
+        else "a small call-centre and caption vocabulary"
+    )
+    return (
+        "DEMO model: trained on synthetic English speech (espeak-ng, flite and festival "
+        f"voices) with {vocabulary}; it does not know human speech"
+    )
 
 
 def package(work: Path, out: Path) -> None:
@@ -50,19 +80,50 @@ def package(work: Path, out: Path) -> None:
         shutil.copyfile(work / "commands.log", out / "commands.log")
     marker = _marker(work, state)
     (out / DEMO_MODEL_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-    (out / "README.md").write_text(model_card(marker, encoder), encoding="utf-8")
+    card = model_card(marker, encoder) + "\n".join(["", *bench_lines(work / BENCHMARKS)])
+    (out / "README.md").write_text(card, encoding="utf-8")
 
 
 def _marker(work: Path, state: dict[str, Any]) -> dict[str, Any]:
-    evaluation = work / "eval.json"
+    evaluation, commands = work / "eval.json", work / "commands.log"
+    flags = data_flags(commands.read_text(encoding="utf-8")) if commands.exists() else frozenset()
     return {
         "demo_model": True,
-        "warning": WARNING,
+        "warning": warning(flags),
+        "data_flags": sorted(flags),
         "steps": state["step"],
         "training_cpu_s": round(state["spent_s"]),
         "config": state["config"],
         "evaluation": json.loads(evaluation.read_text()) if evaluation.exists() else None,
     }
+
+
+#: What each vocabulary flag's sentences are, for the card's data line.
+SOURCES = {
+    "--pii": "`pii_texts.py` (card numbers read digit by digit, in groups and bare, expiry "
+    "dates, security codes, phone and social security numbers, e-mail addresses: what "
+    "redaction removes)",
+    "--wide": "`wide_words.py` (slot values from a wide list of real and made-up words)",
+    "--open": "`open_texts.py` (an open vocabulary: 40,000 common English words, names, "
+    "streets and towns, digits read every way a caller reads them, e-mail addresses, "
+    "spelled letters)",
+}
+
+
+def data_lines(flags: frozenset[str]) -> list[str]:
+    """The card's data bullet, naming only the sentence sources the run's data used."""
+    sources = [
+        "`tools/demo_model/texts.py` (numbers, money, times, dates, call-centre and "
+        "caption phrases)",
+        *(text for flag, text in SOURCES.items() if flag in flags),
+    ]
+    listed = sources[0] if len(sources) == 1 else f"{', '.join(sources[:-1])} and {sources[-1]}"
+    text = (
+        f"- Data: sentences from {listed}, spoken by espeak-ng, flite and festival voices, "
+        "with noise, an 8 kHz mu-law telephone line and background music (tagged BGM) "
+        "mixed in."
+    )
+    return textwrap.wrap(text, width=88, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
@@ -77,7 +138,7 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
         [
             "# The SenseStream demo model",
             "",
-            f"**{WARNING}.**",
+            f"**{marker['warning']}.**",
             "",
             "It exists so that tests and first runs see real words: it is not a speech",
             "recognizer for people. Pass `--model` with the real SenseVoiceSmall.",
@@ -88,14 +149,7 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             f"{encoder['num_blocks']}+{encoder['tp_blocks']} blocks, "
             f"FFN {encoder['linear_units']}; the real 25055-id vocabulary layout with a",
             "  tokenizer of the training text.",
-            "- Data: sentences from `tools/demo_model/texts.py` (numbers, money, times, dates,",
-            "  call-centre and caption phrases) and `pii_texts.py` (card numbers read digit by",
-            "  digit, expiry dates, security codes, phone and social security numbers, e-mail",
-            "  addresses: what redaction removes) and `open_texts.py` (an open vocabulary:",
-            "  40,000 common English words, names, streets and towns, digits read every way a",
-            "  caller reads them, e-mail addresses, spelled letters), spoken by espeak-ng,",
-            "  flite and festival voices, with noise, an 8 kHz mu-law telephone line and",
-            "  background music (tagged BGM) mixed in.",
+            *data_lines(frozenset(marker.get("data_flags", ()))),
             "  Emotion is always NEUTRAL; no other events are trained.",
             f"- Training: {marker['steps']} steps of batch {config['batch']}, peak rate "
             f"{config['lr']}, {marker['training_cpu_s'] / 3600:.1f} CPU-hours on 2 cores. "
@@ -120,3 +174,39 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
             "",
         ]
     )
+
+
+def bench_lines(folder: Path) -> list[str]:
+    """The card's benchmark section: redaction per policy and hotwords at the acceptance
+    condition, from the JSON the benchmarks wrote into `folder` (none there: no section)."""
+    lines = []
+    redaction, hotwords = folder / REDACTION_JSON, folder / HOTWORDS_JSON
+    if redaction.exists():
+        report = json.loads(redaction.read_text())
+        lines += [
+            f"Redaction (`scripts/bench_redaction.py`, {len(report['sentences'])} sentences, "
+            f"voice {report['config']['voice']}; bars: recall 95 %, precision 90 %):",
+            "",
+            "| policy | sentences | recall | precision | bar met |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['policy']} | {r['sentences']} | {r['recall']:.1%} | "
+                f"{r['precision']:.1%} | {'yes' if r['passes'] else 'no'} |"
+                for r in report["policies"]
+            ),
+            "",
+        ]
+    if hotwords.exists():
+        report = json.loads(hotwords.read_text())
+        name = report["acceptance"]["condition"]
+        row = next(c for c in report["conditions"] if c["name"] == name)
+        greedy = next(c for c in report["conditions"] if c["name"] == "greedy")
+        lines += [
+            f"Hotwords (`scripts/bench_hotwords.py`, {name}, on phrases the model never "
+            f"heard): recall {row['recall']:.0%} (greedy {greedy['recall']:.0%}), false "
+            f"insertions {row['false_insertions']:.1%}, control WER {row['control_wer']:.1%} "
+            f"(greedy {greedy['control_wer']:.1%}); "
+            f"acceptance {'met' if report['acceptance']['passed'] else 'not met'}.",
+            "",
+        ]
+    return lines

@@ -144,3 +144,60 @@ def test_a_model_worse_than_the_shipped_one_is_not_packaged_unless_forced(
     assert not later.exists()
     assert cli.main(["package", "--work", str(work), "--out", str(later), "--force"]) == 0
     assert (later / "model.pt").exists()
+
+
+def _one_step_run(work: Path) -> Path:
+    """A work dir holding a run of one step, ready to package."""
+    work.mkdir()
+    (work / "tokenizer.bpe.model").write_bytes(train_tokenizer(count=500, vocab=200))
+    Trainer(work, TrainConfig(steps=1, batch=8, warmup=1, threads=2), SMALL).run(
+        examples(8), lambda step: {}
+    )
+    return work
+
+
+def test_the_card_names_only_the_sentences_the_runs_data_commands_built(tmp_path: Path) -> None:
+    work = _one_step_run(tmp_path / "work")
+    log = work / "commands.log"
+    log.write_text(
+        "t0 python scripts/train_demo_model.py data --pii --utterances 9600\n"
+        "# built elsewhere: python scripts/train_demo_model.py data --open\n"
+        "t1 python scripts/train_demo_model.py train --open --steps 5\n"
+    )
+    package(work, tmp_path / "pii")
+    card = (tmp_path / "pii" / "README.md").read_text()
+    marker = json.loads((tmp_path / "pii" / "sensestream_demo_model.json").read_text())
+    assert "open_texts.py" not in card and "open English vocabulary" not in card
+    assert "`pii_texts.py`" in card and "small call-centre and caption vocabulary" in card
+    assert marker["data_flags"] == ["--pii"]
+
+    log.write_text(log.read_text() + "t2 python scripts/train_demo_model.py data --open --wide\n")
+    package(work, tmp_path / "open")
+    card = (tmp_path / "open" / "README.md").read_text()
+    assert "`open_texts.py`" in card and "an open English vocabulary" in card
+    assert "`wide_words.py`" in card and "`pii_texts.py`" in card
+
+
+def test_the_benchmarks_of_the_packaged_model_go_on_its_card(tmp_path: Path) -> None:
+    work = _one_step_run(tmp_path / "work")
+    package(work, tmp_path / "bare")
+    assert "Redaction" not in (tmp_path / "bare" / "README.md").read_text()
+
+    bench = work / "benchmarks"
+    bench.mkdir()
+    pci = {"policy": "pci", "sentences": 66, "recall": 63 / 66, "precision": 1.0, "passes": True}
+    phone = {"policy": "phone", "sentences": 22, "recall": 1.0, "precision": 0.65}
+    redaction = {"config": {"voice": "en-us"}, "sentences": [{}] * 140}
+    redaction["policies"] = [pci, phone | {"passes": False}]
+    (bench / "redaction.json").write_text(json.dumps(redaction))
+    greedy = {"name": "greedy", "recall": 0.0, "false_insertions": 0.0, "control_wer": 0.1037}
+    boosted = greedy | {"name": "boost2-beam4", "recall": 0.25, "false_insertions": 0.01}
+    hotwords = {"acceptance": {"condition": "boost2-beam4", "passed": False}}
+    (bench / "hotwords.json").write_text(json.dumps(hotwords | {"conditions": [greedy, boosted]}))
+    package(work, tmp_path / "demo")
+    card = (tmp_path / "demo" / "README.md").read_text()
+    assert "140 sentences, voice en-us" in card
+    assert "| pci | 66 | 95.5% | 100.0% | yes |" in card
+    assert "| phone | 22 | 100.0% | 65.0% | no |" in card
+    assert "recall 25% (greedy 0%), false insertions 1.0%, control WER 10.4%" in card
+    assert "acceptance not met" in card
