@@ -179,13 +179,17 @@ def model_card(marker: dict[str, Any], encoder: dict[str, Any]) -> str:
 def bench_lines(folder: Path) -> list[str]:
     """The card's benchmark section: redaction per policy and hotwords at the acceptance
     condition, from the JSON the benchmarks wrote into `folder` (none there: no section)."""
+    # The benchmark's own bars; imported here, as that module brings the server spawner.
+    from tools.bench.redaction import PRECISION_FLOOR, RECALL_FLOOR
+
     lines = []
     redaction, hotwords = folder / REDACTION_JSON, folder / HOTWORDS_JSON
     if redaction.exists():
         report = json.loads(redaction.read_text())
         lines += [
             f"Redaction (`scripts/bench_redaction.py`, {len(report['sentences'])} sentences, "
-            f"voice {report['config']['voice']}; bars: recall 95 %, precision 90 %):",
+            f"voice {report['config']['voice']}; bars: recall {RECALL_FLOOR:.0%}, "
+            f"precision {PRECISION_FLOOR:.0%}):",
             "",
             "| policy | sentences | recall | precision | bar met |",
             "|---|---|---|---|---|",
