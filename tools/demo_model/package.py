@@ -28,19 +28,28 @@ from tools.demo_model.training import ENCODER_CONF
 BENCHMARKS = "benchmarks"
 REDACTION_JSON, HOTWORDS_JSON = "redaction.json", "hotwords.json"
 
-#: Data flags of `data` (or `all`) commands that change what the model can say.
-VOCABULARY_FLAGS = ("--pii", "--wide", "--open")
+#: The data flags of `data` (or `all`) commands that change what the model can say, and
+#: what their sentences are, for the card's data line.
+SOURCES = {
+    "--pii": "`pii_texts.py` (card numbers read digit by digit, in groups and bare, expiry "
+    "dates, security codes, phone and social security numbers, e-mail addresses: what "
+    "redaction removes)",
+    "--wide": "`wide_words.py` (slot values from a wide list of real and made-up words)",
+    "--open": "`open_texts.py` (an open vocabulary: 40,000 common English words, names, "
+    "streets and towns, digits read every way a caller reads them, e-mail addresses, "
+    "spelled letters)",
+}
 
 
 def data_flags(commands: str) -> frozenset[str]:
-    """The `VOCABULARY_FLAGS` that any data-building command in a run's log passed."""
+    """The `SOURCES` flags that any data-building command in a run's log passed."""
     found = set[str]()
     for line in commands.splitlines():
         if line.startswith("#") or "train_demo_model.py" not in line:
             continue
         words = shlex.split(line.split("train_demo_model.py", 1)[1])
         if words and words[0] in ("data", "all"):
-            found.update(w for w in words if w in VOCABULARY_FLAGS)
+            found.update(w for w in words if w in SOURCES)
     return frozenset(found)
 
 
@@ -96,18 +105,6 @@ def _marker(work: Path, state: dict[str, Any]) -> dict[str, Any]:
         "config": state["config"],
         "evaluation": json.loads(evaluation.read_text()) if evaluation.exists() else None,
     }
-
-
-#: What each vocabulary flag's sentences are, for the card's data line.
-SOURCES = {
-    "--pii": "`pii_texts.py` (card numbers read digit by digit, in groups and bare, expiry "
-    "dates, security codes, phone and social security numbers, e-mail addresses: what "
-    "redaction removes)",
-    "--wide": "`wide_words.py` (slot values from a wide list of real and made-up words)",
-    "--open": "`open_texts.py` (an open vocabulary: 40,000 common English words, names, "
-    "streets and towns, digits read every way a caller reads them, e-mail addresses, "
-    "spelled letters)",
-}
 
 
 def data_lines(flags: frozenset[str]) -> list[str]:
