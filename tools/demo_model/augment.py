@@ -21,10 +21,15 @@ class Augmented:
     music: bool
 
 
-def augment(speech: np.ndarray, rng: random.Random) -> Augmented:
-    """One random roughening of `speech` (16 kHz float32)."""
+#: Share of training utterances over background music, unless a data set asks for more.
+MUSIC_SHARE = 0.15
+
+
+def augment(speech: np.ndarray, rng: random.Random, music_share: float = MUSIC_SHARE) -> Augmented:
+    """One random roughening of `speech` (16 kHz float32), over music `music_share` of
+    the time."""
     audio = _pad(speech, rng)
-    music = rng.random() < 0.15
+    music = rng.random() < music_share
     if music:
         audio = mix(audio, background_music(len(audio), rng), rng.uniform(3, 15))
     if rng.random() < 0.5:

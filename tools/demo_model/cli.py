@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.model.random_weights import BPE_MODEL_NAME
 from server.config import cache_home
-from tools.demo_model import dataset, evaluate, open_texts, pii_texts, voices
+from tools.demo_model import augment, dataset, evaluate, open_texts, pii_texts, voices
 from tools.demo_model.loss import live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
@@ -81,6 +81,12 @@ def parser() -> argparse.ArgumentParser:
         "shards-replay/, which train mixes in, so that new vocabulary does not push out "
         "what the model knew (a warm start's held-out WER)",
     )
+    p.add_argument(
+        "--music-share",
+        type=float,
+        default=augment.MUSIC_SHARE,
+        help="data: the share of utterances over background music (tagged BGM)",
+    )
     p.add_argument("--itn-share", type=float, default=0.5)
     p.add_argument("--until", type=int, help="train: stop at this step (schedule: --steps)")
     p.add_argument("--out", type=Path, default=Path("models/demo"))
@@ -134,9 +140,12 @@ def tokenizer(work: Path, base: Path | None = None, pieces: int = 0) -> bytes:
 
 
 def eval_sets(work: Path) -> dict[str, list[evaluate.EvalItem]]:
-    path = work / "eval-sets.pkl"
+    """The run's evaluation sets (`evaluate.gate_sets`), made once and kept in the work dir.
+
+    A new file name, since older work dirs keep the smaller sets as eval-sets.pkl."""
+    path = work / "gate-sets.pkl"
     if not path.exists():
-        evaluate.save_sets(path, evaluate.eval_sets())
+        evaluate.save_sets(path, evaluate.gate_sets())
     return evaluate.load_sets(path)
 
 
@@ -206,12 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             wide=dataset.WIDE_SHARE if args.wide else 0.0,
             pii=dataset.PII_SHARE if args.pii else 0.0,
             open=dataset.OPEN_SHARE if args.open else 0.0,
+            music=args.music_share,
         )
         dataset.build(
             folder, args.utterances, args.seed, tok, args.workers, clean=args.clean, mix=mix
         )
         if args.replay:
-            replay = dataset.Mix(pii=dataset.PII_SHARE if args.pii else 0.0)
+            replay = dataset.Mix(pii=mix.pii, music=mix.music)
             seed = args.seed + REPLAY_SEED
             dataset.build(args.work / REPLAY, args.replay, seed, tok, args.workers, mix=replay)
         eval_sets(args.work)

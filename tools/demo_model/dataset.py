@@ -172,11 +172,12 @@ OPEN_SHARE = 0.6
 class Mix:
     """The shares of a data set's sentences drawn beyond the base ones: `open` (the open
     vocabulary), then `wide` of the rest (slot values from the wide vocabulary), then `pii`
-    of the rest."""
+    of the rest; and the share of its utterances over background `music`."""
 
     wide: float = 0.0
     pii: float = 0.0
     open: float = 0.0
+    music: float = augmenting.MUSIC_SHARE
 
 
 #: The easy set's voices (a curriculum's first part): a few clear ones.
@@ -212,7 +213,7 @@ def make_example(
         if parts:
             parts.append(np.zeros(int(rng.uniform(0.3, 1.0) * voices.SAMPLE_RATE), np.float32))
         parts.append(voices.speak(sentence.voiced, voice, prosody))
-    rough = augmenting.augment(np.concatenate(parts), rng)
+    rough = augmenting.augment(np.concatenate(parts), rng, mix.music)
     written = " ".join(s.written for s in sentences)
     spoken = " ".join(s.spoken for s in sentences)
     return Example(

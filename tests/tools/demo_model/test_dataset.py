@@ -166,3 +166,20 @@ def test_an_example_saying_a_benchmark_value_is_dropped_before_training(tokenize
     held = [example("the parcel is late"), example("call lisa back")]
     held += [example("two parcels"), example("martinez")]  # most of the spelling
     assert [id(e) for e in without_held(kept + held, tokenizer)] == [id(e) for e in kept]
+
+
+def test_a_data_set_can_ask_for_more_music_and_keeps_its_sentences(tokenizer: bytes) -> None:
+    targets, front = Targets(tokenizer), frontend()
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+
+    def events(mix: Mix) -> list[str]:
+        made = [make_example(i, 6, targets, front, mix=mix) for i in range(12)]
+        return [sp.id_to_piece(int(e.spoken[2])) + sp.decode(e.spoken[4:].tolist()) for e in made]
+
+    usual, always, never = events(Mix()), events(Mix(music=1.0)), events(Mix(music=0.0))
+    assert all(e.startswith("<|BGM|>") for e in always)
+    assert all(e.startswith("<|Speech|>") for e in never)
+    assert any(e.startswith("<|Speech|>") for e in usual)
+    # The share draws from the same stream whatever it is, so the sentences are the same.
+    said = [[e.split("|>", 1)[1] for e in made] for made in (usual, always, never)]
+    assert said[0] == said[1] == said[2]
