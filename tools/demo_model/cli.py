@@ -100,6 +100,13 @@ def parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="package even a model worse than --against's"
     )
     p.add_argument(
+        "--teacher",
+        type=Path,
+        help="train: keep the model's frame posteriors near this packaged model's (learning "
+        "without forgetting; it must have the run's tokenizer), weighted by --distill",
+    )
+    p.add_argument("--distill", type=float, default=1.0, help="train: the teacher's weight")
+    p.add_argument(
         "--from",
         dest="warm_from",
         type=Path,
@@ -168,9 +175,11 @@ def train(args: argparse.Namespace) -> Trainer:
         seed=args.seed,
         specaug=args.specaug,
         itn_share=args.itn_share,
+        distill=args.distill if args.teacher is not None else 0.0,
     )
     tok = tokenizer(args.work, args.warm_from)
-    trainer = Trainer(args.work, config, live=live_ids(tok))
+    teacher = None if args.teacher is None else load_teacher(args.teacher, tok, args.specaug)
+    trainer = Trainer(args.work, config, live=live_ids(tok), teacher=teacher)
     if args.warm_from is not None and trainer.warm_start(args.warm_from):
         carry_log(args.warm_from, args.work)
     examples, data, dropped = training_examples(args.work, args.clean, tok)
@@ -183,6 +192,20 @@ def train(args: argparse.Namespace) -> Trainer:
         examples, lambda step: evaluate.evaluate(trainer.model, tok, sets), data, args.until
     )
     return trainer
+
+
+class UnfitTeacher(Exception):
+    """A teacher that cannot guide this run."""
+
+
+def load_teacher(model_dir: Path, tok: bytes, specaug: bool) -> Any:
+    """The packaged model at `model_dir`, whose tokenizer must be the run's (its output
+    rows are then the same pieces), for a run without SpecAugment (both hear the same)."""
+    if specaug:
+        raise UnfitTeacher("a teacher hears the audio unmasked: train without --specaug")
+    if (model_dir / BPE_MODEL_NAME).read_bytes() != tok:
+        raise UnfitTeacher(f"{model_dir}'s tokenizer is not the run's; a teacher needs the same")
+    return evaluate.load_packaged(model_dir)[0]
 
 
 def training_examples(
@@ -227,7 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         eval_sets(args.work)
     trainer = None
     if args.step in ("train", "all"):
-        trainer = train(args)
+        try:
+            trainer = train(args)
+        except UnfitTeacher as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.step in ("evaluate", "all"):
         trainer = trainer or Trainer(args.work, TrainConfig(threads=args.threads))
         run_evaluation(args.work, trainer.model, args.against)

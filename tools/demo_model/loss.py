@@ -38,13 +38,25 @@ def live_ids(tokenizer: bytes) -> torch.Tensor:
 
 
 class LiveVocabLoss:
-    """CTC + tag cross-entropy with the output layer restricted to `live` rows."""
+    """CTC + tag cross-entropy with the output layer restricted to `live` rows; with a
+    `teacher`, plus `distill` times the KL divergence of the model's frame posteriors from
+    the teacher's (learning without forgetting: a fine-tune kept near the model it began
+    from wherever its new targets do not pull it away)."""
 
-    def __init__(self, live: torch.Tensor, vocab_size: int) -> None:
+    def __init__(
+        self,
+        live: torch.Tensor,
+        vocab_size: int,
+        teacher: torch.nn.Module | None = None,
+        distill: float = 0.0,
+    ) -> None:
         self.live = live
         index = torch.full((vocab_size,), -1, dtype=torch.long)
         index[live] = torch.arange(len(live))
         self._index = index
+        # funasr's model, typed as loosely as the `model` each call is given.
+        self.teacher: Any = None if teacher is None else teacher.eval().requires_grad_(False)
+        self.distill = distill
 
     def __call__(
         self,
@@ -54,20 +66,46 @@ class LiveVocabLoss:
         text: torch.Tensor,
         text_lengths: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        # encode() draws which language prompts become `auto`: the teacher draws the same.
+        prompts = torch.get_rng_state()
         # encode() adds the four prompt frames to the lengths in place.
         out, out_lens = model.encode(speech, speech_lengths.clone(), text)
         linear = model.ctc.ctc_lo
         weight, bias = linear.weight[self.live], linear.bias[self.live]
         targets = self._local(text)
         hidden = F.dropout(out[:, 4:], p=model.ctc.dropout_rate, training=model.training)
-        ctc = self._ctc(
-            F.linear(hidden, weight, bias), out_lens - 4, targets[:, 4:], text_lengths - 4
-        )
+        logits = F.linear(hidden, weight, bias)
+        ctc = self._ctc(logits, out_lens - 4, targets[:, 4:], text_lengths - 4)
         tag_logits = F.linear(out[:, :4], weight, bias)
         rich = F.cross_entropy(tag_logits.reshape(-1, len(self.live)), targets[:, :4].reshape(-1))
         accuracy = (tag_logits.argmax(-1) == targets[:, :4]).float().mean()
         stats = {"loss_ctc": ctc.item(), "loss_rich": rich.item(), "acc_rich": accuracy.item()}
-        return ctc + rich, stats
+        if self.teacher is None:
+            return ctc + rich, stats
+        kept = self._divergence(self.teacher, prompts, (speech, speech_lengths, text), logits)
+        stats["loss_distill"] = kept.item()
+        return ctc + rich + self.distill * kept, stats
+
+    def _divergence(
+        self,
+        teacher: Any,
+        prompts: torch.Tensor,
+        batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        """KL(teacher || model) over the live rows, summed over each utterance's frames and
+        divided by the batch size, as the CTC loss is."""
+        speech, speech_lengths, text = batch
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(prompts)
+            out, out_lens = teacher.encode(speech, speech_lengths.clone(), text)
+            linear = teacher.ctc.ctc_lo
+            wanted = F.linear(out[:, 4:], linear.weight[self.live], linear.bias[self.live])
+            wanted = wanted.log_softmax(-1)
+        per_frame = (wanted.exp() * (wanted - logits.log_softmax(-1))).sum(-1)
+        frames = torch.arange(per_frame.size(1))[None] < (out_lens - 4)[:, None]
+        summed: torch.Tensor = (per_frame * frames).sum() / logits.size(0)
+        return summed
 
     def _local(self, text: torch.Tensor) -> torch.Tensor:
         mapped = torch.where(text >= 0, self._index[text.clamp(min=0)], text)

@@ -70,6 +70,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     threads: int = 2
     seed: int = 1
+    distill: float = 0.0  # weight of the KL term to a teacher's posteriors, when one is given
 
 
 def build_model(
@@ -137,6 +138,8 @@ class Trainer:
 
     `live`: the output rows a target can hold (`loss.live_ids`); the loss is computed over
     them alone, which is about half the work of funasr's full-vocabulary forward.
+    `teacher`: a model whose frame posteriors the loss keeps this one near, with weight
+    `config.distill` (it needs `live`, and no SpecAugment, so both see the same audio).
     """
 
     def __init__(
@@ -145,12 +148,17 @@ class Trainer:
         config: TrainConfig,
         encoder_conf: dict[str, Any] | None = None,
         live: torch.Tensor | None = None,
+        teacher: torch.nn.Module | None = None,
     ) -> None:
+        if teacher is not None and (live is None or config.specaug):
+            raise ValueError("a teacher needs the live-vocabulary loss and no SpecAugment")
         torch.set_num_threads(config.threads)
         self.work, self.config = work, config
         self.encoder_conf = encoder_conf or ENCODER_CONF
         self.model = build_model(self.encoder_conf, config.specaug)
-        self.loss = None if live is None else LiveVocabLoss(live, VOCAB_SIZE)
+        self.loss = (
+            None if live is None else LiveVocabLoss(live, VOCAB_SIZE, teacher, config.distill)
+        )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.01)
         self.step, self.epoch, self.spent_s = 0, 0, 0.0
         self.fresh_at = 0  # the step the optimizer's state began at (a warm start's)
@@ -271,6 +279,9 @@ class Trainer:
             "loss_ctc": round(float(stats["loss_ctc"]), 4),
             "loss_rich": round(float(stats["loss_rich"]), 4),
             "acc_rich": round(float(stats["acc_rich"]), 4),
+            **(
+                {"loss_distill": round(stats["loss_distill"], 4)} if "loss_distill" in stats else {}
+            ),
             "grad_norm": round(float(norm), 3),
             "spent_s": round(self.spent_s, 1),
         }

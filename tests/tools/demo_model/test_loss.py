@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ from tools.demo_model.loss import (
     mask_dead_rows,
     revive_rows,
 )
-from tools.demo_model.training import VOCAB_SIZE, build_model, collate
+from tools.demo_model.training import VOCAB_SIZE, TrainConfig, Trainer, build_model, collate
 
 #: The test examples' pieces: labels 3..8 and their four tags (blank 0 too).
 LIVE = torch.tensor([0, *range(3, 9), 24885, 24993, 25004, 25017])
@@ -81,3 +83,60 @@ def test_reviving_sets_masked_live_rows_like_the_trained_ones_and_leaves_the_res
     assert weight[9].std() > 0 and not torch.equal(weight[9], weight[10])
     assert bias[11] == DEAD_BIAS and not weight[11].any()  # not live: still dead
     assert revive_rows(state, LIVE) is state  # nothing masked among the live rows
+
+
+def _batch(count: int) -> tuple[torch.Tensor, ...]:
+    return collate(examples(count), random.Random(0), 0.5)
+
+
+def test_a_teacher_like_the_model_adds_nothing_even_where_prompts_are_drawn() -> None:
+    torch.manual_seed(0)
+    model = build_model(SMALL).eval()
+    twin = build_model(SMALL)
+    twin.load_state_dict(model.state_dict())
+    batch = _batch(12)  # twelve draws of `auto` or not: the teacher must draw the same
+    torch.manual_seed(3)
+    plain, _ = LiveVocabLoss(LIVE, VOCAB_SIZE)(model, *batch)
+    torch.manual_seed(3)
+    guided, stats = LiveVocabLoss(LIVE, VOCAB_SIZE, twin, distill=5.0)(model, *batch)
+    assert stats["loss_distill"] == pytest.approx(0.0, abs=1e-5)
+    assert float(guided) == pytest.approx(float(plain), rel=1e-5)
+
+
+def test_a_different_teacher_pulls_the_model_and_is_not_trained() -> None:
+    torch.manual_seed(0)
+    model, teacher = build_model(SMALL), build_model(SMALL)
+    batch = _batch(6)
+    loss = LiveVocabLoss(LIVE, VOCAB_SIZE, teacher, distill=1.0)
+    total, stats = loss(model, *batch)
+    assert stats["loss_distill"] > 0.01
+    assert float(total) == pytest.approx(
+        stats["loss_ctc"] + stats["loss_rich"] + stats["loss_distill"], rel=1e-4
+    )
+    total.backward()
+    assert all(p.grad is None for p in teacher.parameters())
+    assert model.ctc.ctc_lo.weight.grad is not None
+
+    # With a heavy weight, steps on the loss bring the model's posteriors to the teacher's.
+    heavy = LiveVocabLoss(LIVE, VOCAB_SIZE, teacher, distill=100.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.eval()  # no dropout: the same frames each step
+    seen = []
+    for _ in range(30):
+        torch.manual_seed(5)
+        total, stats = heavy(model, *batch)
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+        seen.append(stats["loss_distill"])
+    assert seen[-1] < seen[0] / 3
+
+
+def test_a_run_with_a_teacher_logs_its_distance_and_needs_the_live_loss(tmp_path: Path) -> None:
+    teacher = build_model(SMALL)
+    config = TrainConfig(steps=2, batch=8, warmup=1, threads=2, distill=0.5)
+    Trainer(tmp_path, config, SMALL, live=LIVE, teacher=teacher).run(examples(16), lambda s: {})
+    steps = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert len(steps) == 2 and all(step["loss_distill"] > 0 for step in steps)
+    with pytest.raises(ValueError, match="live-vocabulary"):
+        Trainer(tmp_path / "other", config, SMALL, teacher=teacher)

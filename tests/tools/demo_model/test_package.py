@@ -201,3 +201,19 @@ def test_the_benchmarks_of_the_packaged_model_go_on_its_card(tmp_path: Path) -> 
     assert "| phone | 22 | 100.0% | 65.0% | no |" in card
     assert "recall 25% (greedy 0%), false insertions 1.0%, control WER 10.4%" in card
     assert "acceptance not met" in card
+
+
+def test_a_teacher_with_another_tokenizer_or_under_specaugment_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tools.demo_model import cli
+
+    work = _one_step_run(tmp_path / "work")
+    trained = (work / "ckpt.pt").read_bytes()
+    shipped = Path(__file__).resolve().parents[3] / "models" / "demo"
+    assert cli.main(["train", "--work", str(work), "--steps", "2", "--teacher", str(shipped)]) == 2
+    assert "tokenizer is not the run's" in capsys.readouterr().err
+    argv = ["train", "--work", str(work), "--teacher", str(shipped), "--specaug"]
+    assert cli.main(argv) == 2
+    assert "without --specaug" in capsys.readouterr().err
+    assert (work / "ckpt.pt").read_bytes() == trained  # nothing was trained
