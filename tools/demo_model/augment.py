@@ -21,7 +21,7 @@ class Augmented:
     music: bool
 
 
-#: Share of training utterances over background music, unless a data set asks for more.
+#: Share of training utterances over background music, unless a data set asks for another.
 MUSIC_SHARE = 0.15
 
 
