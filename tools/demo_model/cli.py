@@ -19,7 +19,7 @@ from typing import Any
 from engine.model.random_weights import BPE_MODEL_NAME
 from server.config import cache_home
 from tools.demo_model import augment, dataset, evaluate, open_texts, pii_texts, voices
-from tools.demo_model.loss import live_ids
+from tools.demo_model.loss import DISTILL_WHERE, live_ids
 from tools.demo_model.training import TrainConfig, Trainer
 
 #: Where `data --replay` puts its template and PII shards, drawn with a seed of their own.
@@ -107,6 +107,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--distill", type=float, default=1.0, help="train: the teacher's weight")
     p.add_argument(
+        "--distill-where",
+        choices=DISTILL_WHERE,
+        default="all",
+        help="train: keep the teacher's posteriors on every utterance, or only where its "
+        "greedy decode is already the target (what it gets wrong stays free to learn)",
+    )
+    p.add_argument(
         "--from",
         dest="warm_from",
         type=Path,
@@ -176,6 +183,7 @@ def train(args: argparse.Namespace) -> Trainer:
         specaug=args.specaug,
         itn_share=args.itn_share,
         distill=args.distill if args.teacher is not None else 0.0,
+        distill_where=args.distill_where,
     )
     tok = tokenizer(args.work, args.warm_from)
     teacher = None if args.teacher is None else load_teacher(args.teacher, tok, args.specaug)

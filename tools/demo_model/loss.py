@@ -37,11 +37,16 @@ def live_ids(tokenizer: bytes) -> torch.Tensor:
     return torch.tensor(sorted(set(range(trained)) | set(tags)), dtype=torch.long)
 
 
+#: Where a teacher's posteriors are kept: on every utterance, or only on those whose
+#: target the teacher already decodes (greedy), so that what it gets wrong is free to learn.
+DISTILL_WHERE = ("all", "right")
+
+
 class LiveVocabLoss:
     """CTC + tag cross-entropy with the output layer restricted to `live` rows; with a
     `teacher`, plus `distill` times the KL divergence of the model's frame posteriors from
     the teacher's (learning without forgetting: a fine-tune kept near the model it began
-    from wherever its new targets do not pull it away)."""
+    from wherever its new targets do not pull it away), over the utterances `where` says."""
 
     def __init__(
         self,
@@ -49,7 +54,10 @@ class LiveVocabLoss:
         vocab_size: int,
         teacher: torch.nn.Module | None = None,
         distill: float = 0.0,
+        where: str = "all",
     ) -> None:
+        if where not in DISTILL_WHERE:
+            raise ValueError(f"distill where: one of {DISTILL_WHERE}, not {where!r}")
         self.live = live
         index = torch.full((vocab_size,), -1, dtype=torch.long)
         index[live] = torch.arange(len(live))
@@ -57,6 +65,7 @@ class LiveVocabLoss:
         # funasr's model, typed as loosely as the `model` each call is given.
         self.teacher: Any = None if teacher is None else teacher.eval().requires_grad_(False)
         self.distill = distill
+        self.where = where
 
     def __call__(
         self,
@@ -82,30 +91,50 @@ class LiveVocabLoss:
         stats = {"loss_ctc": ctc.item(), "loss_rich": rich.item(), "acc_rich": accuracy.item()}
         if self.teacher is None:
             return ctc + rich, stats
-        kept = self._divergence(self.teacher, prompts, (speech, speech_lengths, text), logits)
-        stats["loss_distill"] = kept.item()
-        return ctc + rich + self.distill * kept, stats
+        wanted, lengths = self._teacher_posteriors(prompts, (speech, speech_lengths, text))
+        kept = self._kept(wanted, lengths, text)
+        distill = (self._divergence(wanted, lengths, logits) * kept).sum() / logits.size(0)
+        stats["loss_distill"] = distill.item()
+        stats["distilled"] = float(kept.mean())
+        return ctc + rich + self.distill * distill, stats
 
-    def _divergence(
-        self,
-        teacher: Any,
-        prompts: torch.Tensor,
-        batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        logits: torch.Tensor,
-    ) -> torch.Tensor:
-        """KL(teacher || model) over the live rows, summed over each utterance's frames and
-        divided by the batch size, as the CTC loss is."""
+    def _teacher_posteriors(
+        self, prompts: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The teacher's log posteriors over the live rows for the text frames, and their
+        counts, from the same `auto` prompt draws as the model's (`prompts`, the RNG state)."""
         speech, speech_lengths, text = batch
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.set_rng_state(prompts)
-            out, out_lens = teacher.encode(speech, speech_lengths.clone(), text)
-            linear = teacher.ctc.ctc_lo
+            out, out_lens = self.teacher.encode(speech, speech_lengths.clone(), text)
+            linear = self.teacher.ctc.ctc_lo
             wanted = F.linear(out[:, 4:], linear.weight[self.live], linear.bias[self.live])
-            wanted = wanted.log_softmax(-1)
+        return wanted.log_softmax(-1), out_lens - 4
+
+    @staticmethod
+    def _divergence(
+        wanted: torch.Tensor, lengths: torch.Tensor, logits: torch.Tensor
+    ) -> torch.Tensor:
+        """KL(teacher || model) over the live rows, summed over each utterance's frames."""
         per_frame = (wanted.exp() * (wanted - logits.log_softmax(-1))).sum(-1)
-        frames = torch.arange(per_frame.size(1))[None] < (out_lens - 4)[:, None]
-        summed: torch.Tensor = (per_frame * frames).sum() / logits.size(0)
+        frames = torch.arange(per_frame.size(1))[None] < lengths[:, None]
+        summed: torch.Tensor = (per_frame * frames).sum(-1)
         return summed
+
+    def _kept(
+        self, wanted: torch.Tensor, lengths: torch.Tensor, text: torch.Tensor
+    ) -> torch.Tensor:
+        """1 for each utterance the teacher's posteriors are kept on, else 0."""
+        if self.where == "all":
+            return torch.ones(len(wanted))
+        targets = self._local(text)[:, 4:]
+        best = wanted.argmax(-1)
+        right = []
+        for i, n in enumerate(lengths.tolist()):
+            path = torch.unique_consecutive(best[i, :n])
+            said = path[path != 0]  # the blank is live row 0
+            right.append(torch.equal(said, targets[i][targets[i] >= 0]))
+        return torch.tensor(right, dtype=torch.float32)
 
     def _local(self, text: torch.Tensor) -> torch.Tensor:
         mapped = torch.where(text >= 0, self._index[text.clamp(min=0)], text)

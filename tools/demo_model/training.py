@@ -71,6 +71,7 @@ class TrainConfig:
     threads: int = 2
     seed: int = 1
     distill: float = 0.0  # weight of the KL term to a teacher's posteriors, when one is given
+    distill_where: str = "all"  # which utterances it weighs: loss.DISTILL_WHERE
 
 
 def build_model(
@@ -157,7 +158,9 @@ class Trainer:
         self.encoder_conf = encoder_conf or ENCODER_CONF
         self.model = build_model(self.encoder_conf, config.specaug)
         self.loss = (
-            None if live is None else LiveVocabLoss(live, VOCAB_SIZE, teacher, config.distill)
+            None
+            if live is None
+            else LiveVocabLoss(live, VOCAB_SIZE, teacher, config.distill, config.distill_where)
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.01)
         self.step, self.epoch, self.spent_s = 0, 0, 0.0
@@ -279,9 +282,7 @@ class Trainer:
             "loss_ctc": round(float(stats["loss_ctc"]), 4),
             "loss_rich": round(float(stats["loss_rich"]), 4),
             "acc_rich": round(float(stats["acc_rich"]), 4),
-            **(
-                {"loss_distill": round(stats["loss_distill"], 4)} if "loss_distill" in stats else {}
-            ),
+            **{key: round(stats[key], 4) for key in ("loss_distill", "distilled") if key in stats},
             "grad_norm": round(float(norm), 3),
             "spent_s": round(self.spent_s, 1),
         }

@@ -132,11 +132,71 @@ def test_a_different_teacher_pulls_the_model_and_is_not_trained() -> None:
     assert seen[-1] < seen[0] / 3
 
 
+class SpellingTeacher(torch.nn.Module):
+    """A teacher whose greedy decode is each target (every piece twice, then a blank) for
+    the utterances in `right`, and the target less its last piece for the rest."""
+
+    def __init__(self, right: set[int]) -> None:
+        super().__init__()
+        self.right = right
+        self.ctc = torch.nn.Module()
+        self.ctc.ctc_lo = torch.nn.Linear(len(LIVE), VOCAB_SIZE)
+        with torch.no_grad():
+            self.ctc.ctc_lo.weight.zero_()
+            self.ctc.ctc_lo.bias.zero_()
+            self.ctc.ctc_lo.weight[LIVE, torch.arange(len(LIVE))] = 20.0
+
+    def encode(
+        self, speech: torch.Tensor, lengths: torch.Tensor, text: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.zeros(len(speech), 4 + speech.size(1), len(LIVE))
+        out[:, :, 0] = 1.0  # blank everywhere but where a piece is said
+        local = {int(piece): row for row, piece in enumerate(LIVE)}
+        for i, row in enumerate(text):
+            said = [local[int(t)] for t in row[4:] if t >= 0]
+            said = said if i in self.right else said[:-1]
+            for k, piece in enumerate(said):
+                out[i, 4 + 3 * k : 6 + 3 * k] = torch.nn.functional.one_hot(
+                    torch.tensor(piece), len(LIVE)
+                ).float()
+        return out, lengths + 4
+
+
+def _distill(where: str, teacher: torch.nn.Module, model: torch.nn.Module) -> dict[str, float]:
+    torch.manual_seed(4)
+    return LiveVocabLoss(LIVE, VOCAB_SIZE, teacher, 1.0, where)(model, *_batch(6))[1]
+
+
+def test_kept_where_right_weighs_only_the_utterances_the_teacher_decodes() -> None:
+    torch.manual_seed(0)
+    model = build_model(SMALL).eval()
+    everywhere = _distill("all", SpellingTeacher(right=set()), model)
+    assert everywhere["distilled"] == 1.0 and everywhere["loss_distill"] > 0.01
+    # Right on none: nothing is kept. Right on all: the same as keeping it everywhere.
+    assert _distill("right", SpellingTeacher(right=set()), model)["loss_distill"] == 0.0
+    whole = _distill("right", SpellingTeacher(right=set(range(6))), model)
+    assert whole["distilled"] == 1.0
+    assert whole["loss_distill"] == pytest.approx(
+        _distill("all", SpellingTeacher(right=set(range(6))), model)["loss_distill"], rel=1e-6
+    )
+    # Right on two (their targets repeat a piece, so the decode must collapse frames and
+    # keep the blank-separated repeats): a third of the batch, and a part of the whole.
+    some = _distill("right", SpellingTeacher(right={0, 3}), model)
+    assert some["distilled"] == pytest.approx(2 / 6)
+    assert 0.0 < some["loss_distill"] < whole["loss_distill"]
+
+
+def test_distilling_where_is_one_of_the_known_scopes() -> None:
+    with pytest.raises(ValueError, match="distill where"):
+        LiveVocabLoss(LIVE, VOCAB_SIZE, build_model(SMALL), 1.0, "music")
+
+
 def test_a_run_with_a_teacher_logs_its_distance_and_needs_the_live_loss(tmp_path: Path) -> None:
     teacher = build_model(SMALL)
     config = TrainConfig(steps=2, batch=8, warmup=1, threads=2, distill=0.5)
     Trainer(tmp_path, config, SMALL, live=LIVE, teacher=teacher).run(examples(16), lambda s: {})
     steps = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert len(steps) == 2 and all(step["loss_distill"] > 0 for step in steps)
+    assert all(step["distilled"] == 1.0 for step in steps)  # kept on all, the default
     with pytest.raises(ValueError, match="live-vocabulary"):
         Trainer(tmp_path / "other", config, SMALL, teacher=teacher)
