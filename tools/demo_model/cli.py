@@ -107,6 +107,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--distill", type=float, default=1.0, help="train: the teacher's weight")
     p.add_argument(
+        "--freeze",
+        type=int,
+        default=0,
+        help="train: keep the first N encoder blocks (from the input) as they are",
+    )
+    p.add_argument(
         "--distill-where",
         choices=DISTILL_WHERE,
         default="all",
@@ -184,6 +190,7 @@ def train(args: argparse.Namespace) -> Trainer:
         itn_share=args.itn_share,
         distill=args.distill if args.teacher is not None else 0.0,
         distill_where=args.distill_where,
+        frozen_blocks=args.freeze,
     )
     tok = tokenizer(args.work, args.warm_from)
     teacher = None if args.teacher is None else load_teacher(args.teacher, tok, args.specaug)

@@ -72,6 +72,7 @@ class TrainConfig:
     seed: int = 1
     distill: float = 0.0  # weight of the KL term to a teacher's posteriors, when one is given
     distill_where: str = "all"  # which utterances it weighs: loss.DISTILL_WHERE
+    frozen_blocks: int = 0  # encoder blocks, from the input, that the run does not train
 
 
 def build_model(
@@ -88,6 +89,17 @@ def build_model(
         length_normalized_loss=True,
         ignore_id=-1,
     )
+
+
+def freeze_blocks(model: torch.nn.Module, count: int) -> None:
+    """Keep the first `count` encoder blocks, counted from the input, as they are: a
+    fine-tune on new sentences then moves only the upper blocks and the output layer."""
+    encoder: Any = model.encoder
+    blocks = [*encoder.encoders0, *encoder.encoders, *encoder.tp_encoders]
+    if not 0 <= count <= len(blocks):
+        raise ValueError(f"frozen blocks: 0 to {len(blocks)}, not {count}")
+    for block in blocks[:count]:
+        block.requires_grad_(False)
 
 
 def learning_rate(step: int, config: TrainConfig, fresh_at: int = 0) -> float:
@@ -157,6 +169,7 @@ class Trainer:
         self.work, self.config = work, config
         self.encoder_conf = encoder_conf or ENCODER_CONF
         self.model = build_model(self.encoder_conf, config.specaug)
+        freeze_blocks(self.model, config.frozen_blocks)
         self.loss = (
             None
             if live is None

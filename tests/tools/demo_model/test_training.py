@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tools.demo_model.dataset import Example
 from tools.demo_model.training import (
@@ -77,6 +78,25 @@ def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path: Path) -
     resumed.run(data, lambda step: {})
     log = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log][-2:] == [13, 14]
+
+
+def test_frozen_blocks_keep_their_weights_while_the_rest_learns(tmp_path: Path) -> None:
+    config = TrainConfig(steps=4, batch=16, lr=3e-3, warmup=1, threads=2, frozen_blocks=1)
+    trainer = Trainer(tmp_path, config, SMALL)
+    encoder = trainer.model.encoder
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.run(examples(32), lambda step: {})
+    moved = {n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])}
+    assert not any(name.startswith("encoder.encoders0.") for name in moved)
+    assert any(name.startswith("encoder.tp_encoders.") for name in moved)
+    assert "ctc.ctc_lo.weight" in moved
+    # A resumed run keeps them frozen too: the freezing is the run's, not the checkpoint's.
+    resumed = Trainer(tmp_path, dataclasses.replace(config, steps=6), SMALL)
+    resumed.run(examples(32), lambda step: {})
+    kept = resumed.model.encoder.encoders0.state_dict()
+    assert all(torch.equal(v, encoder.encoders0.state_dict()[k]) for k, v in kept.items())
+    with pytest.raises(ValueError, match="frozen blocks"):
+        Trainer(tmp_path / "other", dataclasses.replace(config, frozen_blocks=3), SMALL)
 
 
 def test_a_run_can_stop_early_and_move_to_other_data_as_a_new_epoch(tmp_path: Path) -> None:
