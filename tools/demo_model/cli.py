@@ -107,17 +107,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--distill", type=float, default=1.0, help="train: the teacher's weight")
     p.add_argument(
-        "--freeze",
-        type=int,
-        default=0,
-        help="train: keep the first N encoder blocks (from the input) as they are",
-    )
-    p.add_argument(
         "--distill-where",
         choices=DISTILL_WHERE,
         default="all",
         help="train: keep the teacher's posteriors on every utterance, or only where its "
         "greedy decode is already the target (what it gets wrong stays free to learn)",
+    )
+    p.add_argument(
+        "--freeze",
+        type=int,
+        default=0,
+        help="train: keep the first N encoder blocks (from the input) as they are",
     )
     p.add_argument(
         "--from",

@@ -92,7 +92,7 @@ class LiveVocabLoss:
         if self.teacher is None:
             return ctc + rich, stats
         wanted, lengths = self._teacher_posteriors(prompts, (speech, speech_lengths, text))
-        kept = self._kept(wanted, lengths, text)
+        kept = self._kept(wanted, lengths, targets[:, 4:])
         distill = (self._divergence(wanted, lengths, logits) * kept).sum() / logits.size(0)
         stats["loss_distill"] = distill.item()
         stats["distilled"] = float(kept.mean())
@@ -122,12 +122,12 @@ class LiveVocabLoss:
         return summed
 
     def _kept(
-        self, wanted: torch.Tensor, lengths: torch.Tensor, text: torch.Tensor
+        self, wanted: torch.Tensor, lengths: torch.Tensor, targets: torch.Tensor
     ) -> torch.Tensor:
-        """1 for each utterance the teacher's posteriors are kept on, else 0."""
+        """1 for each utterance the teacher's posteriors are kept on, else 0 (`targets`:
+        the text pieces as live rows, -1 padded)."""
         if self.where == "all":
             return torch.ones(len(wanted))
-        targets = self._local(text)[:, 4:]
         best = wanted.argmax(-1)
         right = []
         for i, n in enumerate(lengths.tolist()):
